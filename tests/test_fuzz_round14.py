@@ -190,3 +190,18 @@ def test_a_sweep_takes_a_range_or_an_array_as_an_axis():
     for gpus in (range(8, 17, 8), np.arange(8, 17, 8), [np.int64(8), np.int64(16)]):
         frame = dpsim.sweep(model="gpt2", link="infiniband", steps=1, micro_batch=np.int64(2), gpus=gpus)
         assert list(frame["gpus"]) == [8, 16] and list(frame["micro_batch"]) == [2, 2]
+
+
+# --- plan and predict agree on a named --degrade link under --rack-placement contiguous ----------------------------------
+def test_plan_refuses_a_named_link_under_contiguous_as_predict_does(capsys):
+    """Before: ``plan --gpus 144 --link gb200-nvl72 --rack-placement contiguous --degrade node0.nic0:50%`` ranked its
+    layouts (each costed with the slowed NIC in its worst-straddling copy, the error predict refuses it for) and
+    printed a best command, ``dpsim predict ... --rack-placement contiguous --degrade node0.nic0:50% ...``, that
+    predict refused."""
+    args = ["plan", "--link", "gb200-nvl72", "--model", "llama-2-7b", "--global-batch", "288", "--seq-len", "1024",
+            "--gpus", "144", "--top", "2", "--rack-placement", "contiguous", "--degrade", "node0.nic0:50%"]
+    check_outcome(run_cli(args, capsys), args, "error", ("--degrade:", "node0.nic0:50%", "contiguous"))
+    predict = ["predict", "--model", "llama-2-7b", "--link", "gb200-nvl72", "--seq-len", "1024", "--gpus", "144",
+               "--tp", "2", "--micro-batch", "1", "--steps", "1", "--rack-placement", "contiguous", "--degrade",
+               "node0.nic0:50%"]
+    check_outcome(run_cli(predict, capsys), predict, "error", ("--degrade:", "node0.nic0:50%", "contiguous"))

@@ -144,6 +144,7 @@ from dpsim.predict.run import (
     load_model,
     predict,
     rack_placement_unused,
+    refuse_named_links_contiguous,
     resolve_topology,
     strategy_memory,
 )
@@ -2413,6 +2414,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             why = reasons[-1]
             raise ConfigError(why if len(gpus) == 1 else why.replace(
                 f"{planner.topology(gpus[-1]).n_gpus:,} GPUs fit", f"--gpus {','.join(map(str, gpus))} all fit"))
+        refuse_named_links_contiguous(degradations)
     if degradations:
         for n in gpus:
             # The names against each GPU count's cluster (node<K> beyond the smallest one is named with it),

@@ -229,6 +229,12 @@ def _check_rack_placement(topology: Topology, *, groups: bool, jobs: int, degrad
     if jobs > 1:
         raise ConfigError(f"--rack-placement: 'contiguous' is not modelled with --jobs {jobs} (each job's servers "
                           f"are laid out by --placement); leave one of them out")
+    refuse_named_links_contiguous(degradations)
+
+
+def refuse_named_links_contiguous(degradations) -> None:
+    """Refuse a ``--degrade`` that names one server's link under ``--rack-placement contiguous`` (one line);
+    ``predict`` and ``plan`` both (plan took it and printed a best command predict refused)."""
     named = next((d for d in degradations if names_one_link(d.link)), None)
     if named is not None:
         # Each group is costed as its copy that straddles the racks worst, and a named link was put in that copy
