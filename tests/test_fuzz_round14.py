@@ -205,3 +205,22 @@ def test_plan_refuses_a_named_link_under_contiguous_as_predict_does(capsys):
                "--tp", "2", "--micro-batch", "1", "--steps", "1", "--rack-placement", "contiguous", "--degrade",
                "node0.nic0:50%"]
     check_outcome(run_cli(predict, capsys), predict, "error", ("--degrade:", "node0.nic0:50%", "contiguous"))
+
+
+# --- mix: one failure given twice ------------------------------------------------------------------------------------
+def test_mix_refuses_a_failure_event_given_twice(tmp_path, capsys):
+    """Before: two identical ``failures.events`` entries (a copied line) ran, and the mix reported two failures of
+    server 0 at 300 s, the second of a server already down and charged to no job. Two events of one server at
+    different times, or of two servers at one time, are still taken."""
+    head = ("cluster: {link: infiniband, gpus: 32}\nhorizon: 2h\njobs:\n  - {name: a, model: gpt2, gpus: 16}\n"
+            "failures:\n  repair: 1h\n  events:\n")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(head + "    - {at: 5min, node: 0}\n    - {at: 5min, node: 0, repair: 30min}\n")
+    args = ["mix", str(twice), "--json"]
+    check_outcome(run_cli(args, capsys), args, "error", ("failures.events[1]:", "repeats failures.events[0]"))
+    apart = tmp_path / "apart.yaml"
+    apart.write_text(head + "    - {at: 5min, node: 0}\n    - {at: 5min, node: 1}\n    - {at: 90min, node: 0}\n")
+    args = ["mix", str(apart), "--json"]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    assert len(json.loads(outcome.out)["failures"]) == 3
