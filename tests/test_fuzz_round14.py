@@ -224,3 +224,19 @@ def test_mix_refuses_a_failure_event_given_twice(tmp_path, capsys):
     outcome = run_cli(args, capsys)
     check_outcome(outcome, args, "ok")
     assert len(json.loads(outcome.out)["failures"]) == 3
+
+
+# --- an error line never carries a terminal's format or control characters ----------------------------------------------
+@pytest.mark.parametrize("args", [["predict", "--x\u202ey"], ["predict", "a\u202eb"], ["models", "\u2066x\u2069"],
+                                  ["predict", "--model", "gpt2", "--degrade", "infini\u202eband:50%"]],
+                         ids=["option", "argument", "isolate", "degrade"])
+def test_an_error_line_escapes_a_right_to_left_override(args, capsys):
+    """Before: ``dpsim predict --x<U+202E>y`` printed "No such option: --x<U+202E>y" with the override itself, which
+    a terminal obeys (the rest of the line shown right to left); an escape character was already escaped, a format
+    character (Unicode category Cf) was not. Now each is written as its \\u escape; printable text (é, ジ) stays."""
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "error")
+    assert all(ch.isprintable() for ch in outcome.err.rstrip("\n")), repr(outcome.err)
+    assert "\\u" in outcome.err
+    accented = ["predict", "--model", "gpt2é"]
+    assert "gpt2é" in run_cli(accented, capsys).err
