@@ -240,3 +240,19 @@ def test_an_error_line_escapes_a_right_to_left_override(args, capsys):
     assert "\\u" in outcome.err
     accented = ["predict", "--model", "gpt2é"]
     assert "gpt2é" in run_cli(accented, capsys).err
+
+
+def test_a_plan_takes_numpys_integers_as_its_axes():
+    """Before: ``dpsim.plan(config, gpus=np.array([16]), global_batch=np.int64(64))`` was refused "--gpus: array([16])
+    is not valid" (and "np.int64(64) is not valid"), where predict and sweep take them now; the search is the one
+    given Python ints. A float or a bool is still refused."""
+    np = pytest.importorskip("numpy")
+    import dpsim
+
+    base = dpsim.PredictConfig(model="gpt2", link="infiniband")
+    plain = dpsim.plan(base, gpus=[16], global_batch=64, top=1)
+    assert dpsim.plan(base, gpus=np.array([16]), global_batch=np.int64(64), top=1) == plain
+    assert dpsim.plan(base, gpus=range(16, 17), global_batch=64, top=1) == plain
+    for gpus in ([16.0], [True]):
+        with pytest.raises(dpsim.DpsimError, match="^--gpus: .* is not valid"):
+            dpsim.plan(base, gpus=gpus, global_batch=64, top=1)

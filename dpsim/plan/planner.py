@@ -118,6 +118,7 @@ from dpsim.predict.config import (
     check_value,
     flag_name,
     flag_scale,
+    plain_number,
 )
 from dpsim.predict.layout import (
     _heads,
@@ -612,6 +613,16 @@ def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_GPUS:
             raise ConfigError(f"{flag}: {short(v)} is not valid; {expected}")
     _refuse_repeats(values, flag)
+
+
+def _plain_ints(values: Any) -> Any:
+    """A search axis of numpy integers (a list of them, a range or a 1-D array) as a list of Python ints; anything
+    else as it is, for :func:`_check_int_values` to judge."""
+    if isinstance(values, range) or (hasattr(values, "tolist") and getattr(values, "ndim", 0) == 1):
+        values = list(values)
+    if isinstance(values, (list, tuple)):
+        return type(values)(plain_number(v, int) for v in values)
+    return values
 
 
 def _refuse_repeats(values: Sequence, flag: str) -> None:
@@ -2371,6 +2382,11 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if global_batch is None:
         raise ConfigError("--global-batch: the layouts are searched for one global batch; give it "
                           "(samples per optimizer step, e.g. --global-batch 1024)")
+    # numpy's integers (np.arange, a DataFrame's column) as Python's, as PredictConfig and sweep take them: a plan
+    # over gpus=np.array([64]) or global_batch=np.int64(256) was refused "np.int64(256) is not valid".
+    global_batch = plain_number(global_batch, int)
+    gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,
+                                                                               micro_batches))
     check_value("global_batch", global_batch)
     check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
