@@ -256,3 +256,25 @@ def test_a_plan_takes_numpys_integers_as_its_axes():
     for gpus in ([16.0], [True]):
         with pytest.raises(dpsim.DpsimError, match="^--gpus: .* is not valid"):
             dpsim.plan(base, gpus=gpus, global_batch=64, top=1)
+
+
+# --- an output through a symbolic link ----------------------------------------------------------------------------------
+def test_an_output_through_a_symlink_writes_its_target(tmp_path, capsys):
+    """Before: ``dpsim sweep -o latest.csv`` where latest.csv links to runs/1.csv replaced the link with a new file
+    and left runs/1.csv as it was (the atomic rename renamed over the link), and a link into a missing directory
+    became a file; now the target is written (atomically), as a plain open() would, and the missing directory is
+    refused in one line."""
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "1.csv"
+    target.write_text("old\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(target)
+    args = ["sweep", "--model", "gpt2", "--link", "infiniband", "--gpus", "8", "--steps", "1", "-o", str(link)]
+    check_outcome(run_cli(args, capsys), args, "ok")
+    assert link.is_symlink()
+    assert target.read_text() != "old\n" and "gpus" in target.read_text()
+    dangling = tmp_path / "dangling.csv"
+    dangling.symlink_to(tmp_path / "missing" / "x.csv")
+    args = args[:-1] + [str(dangling)]
+    check_outcome(run_cli(args, capsys), args, "error", ("-o/--output",))
+    assert dangling.is_symlink()
