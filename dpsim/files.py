@@ -296,6 +296,11 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
     fails (no permission, a full disk) is an ``error`` (ConfigError) naming ``flag``, not an OSError.
     """
     path = Path(path)
+    if path.is_symlink():
+        # Written through the link, as open(path, "w") writes: the rename replaced the link itself with a file and left
+        # its target as it was (report -o latest.html -> runs/7/report.html), and a link to a missing directory became
+        # a file where open() says the directory does not exist.
+        path = Path(os.path.realpath(path))
     refuse_special_output(path, flag, error)  # (again: a FIFO may have been made there since the check)
     tmp = _temp_beside(path, flag, error)
     try:

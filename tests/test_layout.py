@@ -316,7 +316,7 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     with pytest.raises(ConfigError, match="^--ep: 2 splits the experts of a mixture of experts, but llama-3-8b is "
                                           "dense"):
         plan_layouts(dense, gpus=[64], global_batch=64, eps=(2,))
-    with pytest.raises(ConfigError, match="^--etp: 2 splits the experts"):
+    with pytest.raises(ConfigError, match="^--etp: 2 sets how a mixture of experts' experts are split, but llama-3-8b is dense"):
         plan_layouts(dense, gpus=[64], global_batch=64, etps=(2,))
 
 

@@ -309,8 +309,13 @@ MAX_ERROR_CHARS = 800
 
 
 def error_line(message: str) -> str:
-    """``message`` as one bounded line: line breaks made spaces, each overlong word and the whole cut."""
+    """``message`` as one bounded line: line breaks made spaces, every other unprintable character escaped, each
+    overlong word and the whole cut."""
     line = re.sub(r"\s*[\r\n\v\f]+\s*", " ", message.strip())
+    # A right-to-left override (U+202E) or another format or control character from the command line reached the
+    # terminal as it was typed ("No such option: --X<U+202E>..."), where it reorders or restyles what follows.
+    line = "".join(ch if ch.isprintable() else ("\\x%02x" % ord(ch) if ord(ch) < 256 else "\\u%04x" % ord(ch))
+                   for ch in line)
     line = re.sub(r"\S{%d,}" % (MAX_ERROR_WORD_CHARS + 1),
                   lambda m: f"{m.group(0)[:MAX_ERROR_WORD_CHARS - 24]}...({len(m.group(0)):,} chars)..."
                             f"{m.group(0)[-8:]}", line)

@@ -29,7 +29,10 @@ def memory(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table.",
                                  rich_help_panel=OUTPUT),
 ) -> None:
-    """Memory per GPU by category for a strategy, the fits / OOM verdict and what would make it fit."""
+    """Memory per GPU by category for a strategy, the fits / OOM verdict and what would make it fit.
+
+    Takes predict's command line as it is: flags that only time the step (--algo, --jobs, --steps...) are ignored.
+    """
     from dpsim.memory import HEADROOM_FRACTION
     from dpsim.cli.predict import predict_config
     from dpsim.predict.run import memory_report

@@ -414,6 +414,7 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
         raise _fail("failures.events", raw if not isinstance(raw, list) else f"{len(raw)} events",
                     f"expected a list of at most {MAX_FAILURE_EVENTS:,} events like {{at: 2h, node: 5}}")
     events, uplinks = [], []
+    seen: dict[int, FailureEvent] = {}
     for k, e in enumerate(raw):
         where = f"failures.events[{k}]"
         e = _keys(where, e, _EVENT_KEYS)
@@ -440,8 +441,17 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
         if "cables" in e:
             raise ConfigError(f"{where}.cables: {e['cables']!r} applies only to uplink: events (cables between "
                               f"switches); leave it out of a {what[0]} failure")
-        events.append(FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
-                                   repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None))
+        event = FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
+                             repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None)
+        same = next((j for j, o in seen.items() if (o.at_s, o.server, o.component, o.nic) ==
+                     (event.at_s, event.server, event.component, event.nic)), None)
+        if same is not None:
+            # One failure given twice (a copied line): the mix reported two failures at that moment, the second of a
+            # server already down (charged to no job).
+            raise ConfigError(f"{where}: repeats failures.events[{same}] ({what[0]} {event.server} at "
+                              f"{event.at_s:g} s); give each failure once")
+        seen[k] = event
+        events.append(event)
     for k, e in enumerate(raw):
         # After every field is checked (they name the mistake first). The mix ends before such an event
         # would fire: a typo, not a no-op.

@@ -16,7 +16,7 @@ from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation, parse_degradation
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
-from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kind
+from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kind, plain_number
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.variability.spec import VariabilitySpec
@@ -69,6 +69,7 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
     whether the value is allowed is :func:`dpsim.predict.config.check_value`'s to say.
     """
     kind, optional, choices = field_kind(axis)
+    raw = plain_number(raw, kind)  # numpy's scalars, as PredictConfig takes them
     where = _where(origin, axis)
     expected = _describe(kind, optional, choices)
     text = raw.strip() if isinstance(raw, str) else None
@@ -229,7 +230,10 @@ class SweepSpec:
             axis = axis_name(name, origin)
             if axis in axes:
                 raise ConfigError(f"{origin}: axis {name!r} is given twice")
-            values = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+            # A range or a one-dimensional array (np.arange) is a list of values too: sweep(gpus=range(8, 65, 8)) read
+            # it as one value, "range(8, 65, 8) is not valid; expected an integer".
+            many = isinstance(raw, (list, tuple, range)) or (hasattr(raw, "tolist") and getattr(raw, "ndim", 0) == 1)
+            values = list(raw) if many else [raw]
             if not values:
                 raise ConfigError(f"{_where(origin, axis)}: [] has no values; give at least one")
             converted = []

@@ -121,6 +121,7 @@ from dpsim.predict.config import (
     check_value,
     flag_name,
     flag_scale,
+    plain_number,
 )
 from dpsim.predict.layout import (
     _heads,
@@ -147,6 +148,7 @@ from dpsim.predict.run import (
     load_model,
     predict,
     rack_placement_unused,
+    refuse_named_links_contiguous,
     resolve_topology,
     strategy_memory,
 )
@@ -626,6 +628,16 @@ def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_GPUS:
             raise ConfigError(f"{flag}: {short(v)} is not valid; {expected}")
     _refuse_repeats(values, flag)
+
+
+def _plain_ints(values: Any) -> Any:
+    """A search axis of numpy integers (a list of them, a range or a 1-D array) as a list of Python ints; anything
+    else as it is, for :func:`_check_int_values` to judge."""
+    if isinstance(values, range) or (hasattr(values, "tolist") and getattr(values, "ndim", 0) == 1):
+        values = list(values)
+    if isinstance(values, (list, tuple)):
+        return type(values)(plain_number(v, int) for v in values)
+    return values
 
 
 def _refuse_repeats(values: Sequence, flag: str) -> None:
@@ -2487,6 +2499,11 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     if global_batch is None:
         raise ConfigError("--global-batch: the layouts are searched for one global batch; give it "
                           "(samples per optimizer step, e.g. --global-batch 1024)")
+    # numpy's integers (np.arange, a DataFrame's column) as Python's, as PredictConfig and sweep take them: a plan
+    # over gpus=np.array([64]) or global_batch=np.int64(256) was refused "np.int64(256) is not valid".
+    global_batch = plain_number(global_batch, int)
+    gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,
+                                                                               micro_batches))
     check_value("global_batch", global_batch)
     check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
@@ -2530,6 +2547,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             why = reasons[-1]
             raise ConfigError(why if len(gpus) == 1 else why.replace(
                 f"{planner.topology(gpus[-1]).n_gpus:,} GPUs fit", f"--gpus {','.join(map(str, gpus))} all fit"))
+        refuse_named_links_contiguous(degradations)
     if degradations:
         for n in gpus:
             # The names against each GPU count's cluster (node<K> beyond the smallest one is named with it),
@@ -2540,11 +2558,18 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
     if planner.model.moe is None:
         check_no_expert_options(planner.model.name, base.parallelism)
-    for flag, sizes in (("--ep", eps), ("--etp", etps)):
-        if sizes and max(sizes) > 1 and planner.model.moe is None:
-            raise ConfigError(f"{flag}: {','.join(map(str, sizes))} splits the experts of a mixture of experts, but "
-                              f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
-                              f"--model mixtral-8x7b)")
+    if eps and max(eps) > 1 and planner.model.moe is None:
+        raise ConfigError(f"--ep: {','.join(map(str, eps))} splits the experts of a mixture of experts, but "
+                          f"{planner.model.name} is dense; leave it out or give a model with experts (e.g. "
+                          f"--model mixtral-8x7b)")
+    if etps and planner.model.moe is None and (not tps or set(etps) != set(tps)):
+        # As predict takes it: on a dense model an --etp is its default, --tp's own value, or refused. `plan --tp
+        # 2,4 --etp 1` searched tp 2 and 4 (each refused by predict with that --etp) while `--etp 2,4` was refused.
+        taken = f"--etp {','.join(map(str, tps))}, the --tp searched" if tps else "none without --tp"
+        raise ConfigError(f"--etp: {','.join(map(str, etps))} sets how a mixture of experts' experts are split, but "
+                          f"{planner.model.name} is dense (no expert layers; as predict, the search takes only "
+                          f"--etp equal to --tp, its default: {taken}); leave it out or give a model with experts "
+                          f"(e.g. --model mixtral-8x7b)")
     if pps and max(pps) == 1 and schedules and set(schedules) - {"1f1b"}:
         # A layout without a pipeline has no schedule: `plan --pp 1 --schedules dualpipe` searched 1F1B only.
         # ``schedules`` is None unless given (the command line's default too), so a given list is blamed.

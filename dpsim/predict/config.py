@@ -19,6 +19,7 @@ so they are written for the person typing the command and contain no square brac
 from __future__ import annotations
 
 import math
+import numbers
 import typing
 import warnings
 from dataclasses import field, fields, replace
@@ -717,6 +718,7 @@ class PredictConfig:
                 part, attr = SETTING_PLACES[key]
                 if getattr(getattr(self, part), attr) is None:
                     object.__setattr__(self, part, replace(getattr(self, part), **{attr: value}))
+        self._normalise_zero_group()
         self._check_combination()
         self._check_layout()
         self._check_ddp()
@@ -772,6 +774,23 @@ class PredictConfig:
             return w.grad_accum
         return w.global_batch // (w.micro_batch * self.data_parallel)
 
+
+    def _normalise_zero_group(self) -> None:
+        """A --zero-group of every data-parallel rank is kept as left out where that is its default (zero3's MiCS
+        group, InternLM's ZeRO-1 group): the two configs predicted the same step to the last digit yet compared
+        unequal and hashed apart (as an --etp equal to its default did). fsdp-hybrid's default is one node, which
+        the config does not know, so its group is kept as given."""
+        p, c = self.parallelism, self.cluster
+        takes_every_rank = p.strategy == "zero3" and p.zero_impl == "deepspeed" or (
+            p.strategy == "zero1" and p.zero_impl == "internlm")
+        if p.zero_group is None or not takes_every_rank or isinstance(p.zero_group, bool) \
+                or not isinstance(p.zero_group, int):
+            return
+        shard = p.tp * p.pp * p.cp
+        if c.gpus % shard or (p.dp is not None and p.dp * shard != c.gpus):
+            return  # refused by _check_layout, naming what does not fit
+        if p.zero_group == c.gpus // shard:
+            object.__setattr__(self, "parallelism", replace(p, zero_group=None))
 
     def _check_combination(self) -> None:
         """The rules between fields (each field's own value is already valid)."""
@@ -1262,10 +1281,31 @@ _FILE_FIELDS = {"topology_file": "a topology YAML file (without it, the --link p
 
 
 
+def plain_number(value: Any, kind: type) -> Any:
+    """``value`` as Python's own number when it is another library's scalar of ``kind`` (numpy's int64, float32,
+    bool_: ``PredictConfig(gpus=np.int64(16))`` from ``np.arange`` or a DataFrame was refused "np.int64(16) is not
+    valid; expected an integer"); anything else as it is, for :func:`check_value` to judge. A float that is a whole
+    number stays a float (refused for an integer field: 16.0 GPUs is a typo's sign), as a bool is not an integer."""
+    if type(value) in (int, float, bool, str) or value is None:
+        return value
+    if kind is bool and type(value).__name__ == "bool_":
+        return bool(value)
+    if kind in (int, float) and isinstance(value, numbers.Integral) and type(value).__name__ != "bool_":
+        return int(value)
+    if kind is float and isinstance(value, numbers.Real) and type(value).__name__ != "bool_":
+        return float(value)
+    return value
+
+
 def _check_part(part: Any) -> None:
     """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
     for f in fields(part):
-        check_value(setting_key(f), getattr(part, f.name))
+        key = setting_key(f)
+        value = getattr(part, f.name)
+        plain = plain_number(value, field_kind(key)[0])
+        if plain is not value:
+            object.__setattr__(part, f.name, plain)
+        check_value(key, plain)
 
 
 assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of the parts once"

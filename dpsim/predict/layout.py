@@ -30,6 +30,7 @@ from dpsim.collectives.all_to_all import routed_spread, uniform_all_to_all_cost
 from dpsim.collectives.groups import (
     GroupCollectives,
     LayoutShape,
+    SlowestCopy,
     check_layout_placement,
     mirror_pair_group,
 )
@@ -299,13 +300,24 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
 
 
 def degraded_classes(collectives: GroupCollectives, name: str) -> dict[str, float] | None:
-    """The capacity ``--degrade`` leaves the slowest link of each class the ``name`` communicator's
-    copy crosses (``None`` when nothing is degraded)."""
+    """The capacity ``--degrade`` leaves the slowest link of each class that any copy of the ``name``
+    communicator crosses (``None`` when nothing is degraded).
+
+    Under ``--rack-placement contiguous`` the copies sit differently on the racks
+    (:class:`~dpsim.collectives.groups.SlowestCopy`) and the all-to-alls cost each of them with these factors:
+    read from the worst-placed copy alone, a class it does not cross was left whole in the copies that do (16
+    GPUs on racks of 3 trays, --ep 8: the copy split over two racks has no rack NVLink, the one inside rack 0
+    does, and --degrade nvlink-domain:1% left its all-to-all at the healthy time). A class degradation leaves
+    the same factor in every copy that has the class, so the lowest over the copies is each one's."""
     model = collectives.group(name)
-    plans = getattr(model, "plans", None)  # NCCL's flow model
-    if plans is None:  # a calibrated one: the factors build_collectives gave it beside its fits, if any
-        return getattr(model, "class_factors", None) or None
-    return plans.slowest_class_factors() or None
+    factors: dict[str, float] = {}
+    for copy in model.models if isinstance(model, SlowestCopy) else (model,):
+        plans = getattr(copy, "plans", None)  # NCCL's flow model
+        # A calibrated one: the factors build_collectives gave it beside its fits, if any.
+        found = plans.slowest_class_factors() if plans is not None else getattr(copy, "class_factors", None)
+        for cls, left in (found or {}).items():
+            factors[cls] = min(left, factors.get(cls, 1.0))
+    return factors or None
 
 
 def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) -> float:

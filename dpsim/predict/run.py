@@ -160,18 +160,7 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
         profile = load_profile(config.calibration.profile)
     algorithms, protocols = parse_algorithms(config.cluster.algo), parse_protocols(config.cluster.proto)
     if profile is not None:
-        # Dropped in silence: a profile's fits are what NCCL chose on the measured cluster, alone on it;
-        # the step was the same with any --algo/--proto and with --jobs 2 interleaved on a 4:1 fabric.
-        for flag, value, why in (
-                ("--algo", config.cluster.algo if algorithms is not None else None,
-                 "its fits are the algorithms NCCL chose when it was measured"),
-                ("--proto", config.cluster.proto if protocols is not None else None,
-                 "its fits are the protocols NCCL chose when it was measured"),
-                ("--jobs", config.cluster.jobs if config.cluster.jobs > 1 else None,
-                 "a calibrated collective model has no links for jobs to share")):
-            if value is not None:
-                raise ConfigError(f"{flag}: {value!r} is not available with --calibration ({why}); leave one of "
-                                  f"them out")
+        check_collective_flags_with_profile(config)
 
     par = config.parallelism
     # HSDP's and MiCS's shard group (--zero-group with fsdp-hybrid or zero3) re-forms the hybrid communicators;
@@ -204,6 +193,25 @@ def build_collectives(config: PredictConfig, topology: Topology, *, profile=None
                             contiguous=contiguous)
 
 
+def check_collective_flags_with_profile(config: PredictConfig) -> None:
+    """Refuse ``--algo``, ``--proto`` and ``--jobs`` beside a calibration profile (one line naming the flag):
+    ``predict`` costs collectives with the profile's fits and ``memory`` takes predict's command line, so both
+    refuse them alike."""
+    c = config.cluster
+    # Dropped in silence: a profile's fits are what NCCL chose on the measured cluster, alone on it;
+    # the step was the same with any --algo/--proto and with --jobs 2 interleaved on a 4:1 fabric.
+    for flag, value, why in (
+            ("--algo", c.algo if parse_algorithms(c.algo) is not None else None,
+             "its fits are the algorithms NCCL chose when it was measured"),
+            ("--proto", c.proto if parse_protocols(c.proto) is not None else None,
+             "its fits are the protocols NCCL chose when it was measured"),
+            ("--jobs", c.jobs if c.jobs > 1 else None,
+             "a calibrated collective model has no links for jobs to share")):
+        if value is not None:
+            raise ConfigError(f"{flag}: {value!r} is not available with --calibration ({why}); leave one of "
+                              f"them out")
+
+
 def has_placeable_group(par, n_gpus: int) -> bool:
     """Whether a job of ``n_gpus`` with parallelism ``par`` has a group smaller than itself, which
     ``--rack-placement`` could place: a tp/pp/cp/ep layout or a ``--zero-group`` under ``n_gpus`` (a shard
@@ -221,6 +229,12 @@ def _check_rack_placement(topology: Topology, *, groups: bool, jobs: int, degrad
     if jobs > 1:
         raise ConfigError(f"--rack-placement: 'contiguous' is not modelled with --jobs {jobs} (each job's servers "
                           f"are laid out by --placement); leave one of them out")
+    refuse_named_links_contiguous(degradations)
+
+
+def refuse_named_links_contiguous(degradations) -> None:
+    """Refuse a ``--degrade`` that names one server's link under ``--rack-placement contiguous`` (one line);
+    ``predict`` and ``plan`` both (plan took it and printed a best command predict refused)."""
     named = next((d for d in degradations if names_one_link(d.link)), None)
     if named is not None:
         # Each group is costed as its copy that straddles the racks worst, and a named link was put in that copy
@@ -647,8 +661,11 @@ def memory_report(config: PredictConfig) -> MemoryReport:
     """:func:`memory_for_config` as a result (``dpsim memory``). ``--rack-placement`` cannot change the memory
     per GPU: it is ignored, as ``memory`` ignores every flag that only moves collectives (``--jobs``,
     ``--algo``), except that a ``contiguous`` that ``predict`` refuses for the same job (it would change nothing
-    there either) is refused here too, in the same line."""
+    there either) is refused here too, in the same line, and so are ``--algo``/``--proto``/``--jobs`` beside
+    ``--calibration`` (:func:`check_collective_flags_with_profile`; memory took them where predict refused)."""
     config = resolve(config).config
+    if config.calibration.profile is not None:
+        check_collective_flags_with_profile(config)
     memory, advice, model, topology = _memory(config)
     if config.cluster.rack_placement == "contiguous":
         _check_rack_placement(topology, groups=has_placeable_group(config.parallelism, topology.n_gpus),
