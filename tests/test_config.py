@@ -403,3 +403,16 @@ def resolved_compute_efficiency_of(config: PredictConfig) -> float:
     from dpsim.predict.config import resolved_compute_efficiency
 
     return resolved_compute_efficiency(config)[0]
+
+
+def test_one_gpu_throughput_of_a_multi_gpu_prediction_is_the_one_gpu_predictions():
+    """The multi-GPU default is what several GPUs lose: ``single_gpu_samples_per_s`` (and so the
+    scaling efficiency) is the one-GPU job's, which runs without it."""
+    from dpsim.predict.run import predict
+    from dpsim.workload.compute import MULTI_GPU_TRAINING_EFFICIENCY
+
+    job = dict(link="nvlink", gpu="h100", model="gpt2", steps=2)
+    one = predict(PredictConfig(gpus=1, gpus_per_node=1, **job))
+    eight = predict(PredictConfig(gpus=8, gpus_per_node=8, **job))
+    assert eight.single_gpu_samples_per_s == pytest.approx(one.single_gpu_samples_per_s, rel=1e-9)
+    assert eight.scaling_efficiency < MULTI_GPU_TRAINING_EFFICIENCY + 1e-9

@@ -1299,6 +1299,18 @@ def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
                                            "sustains against the single-GPU roofline")
 
 
+def one_gpu_compute_ratio(config: PredictConfig) -> float:
+    """One GPU's compute time over this job's per GPU, for ``single_gpu_samples_per_s`` (the same model
+    on one GPU, as ``predict --gpus 1`` gives it) and so the scaling efficiency: the multi-GPU default of
+    :func:`resolved_compute_efficiency` is what a job on several GPUs loses, so one GPU runs without it;
+    any other factor (given, or 1) is shared."""
+    efficiency, _ = resolved_compute_efficiency(config)
+    if config.calibration.compute_efficiency is None and efficiency == MULTI_GPU_TRAINING_EFFICIENCY \
+            and config.cluster.gpus > 1:
+        return MULTI_GPU_TRAINING_EFFICIENCY / DEFAULT_COMPUTE_EFFICIENCY
+    return 1.0
+
+
 def capped_compute_efficiency(config: PredictConfig, gpu) -> float:
     """:func:`resolved_compute_efficiency` times the fraction of its rate ``gpu`` (a
     :class:`~dpsim.hardware.GpuSpec`) keeps under ``--power-cap-w`` (:func:`dpsim.hardware.power_cap_throughput`;
