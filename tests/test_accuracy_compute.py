@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from dpsim.hardware import GPU_PRESETS
-from dpsim.workload.compute import OPTIMIZER_IMPLEMENTATIONS
+from dpsim.workload.compute import MULTI_GPU_TRAINING_EFFICIENCY, OPTIMIZER_IMPLEMENTATIONS
 from dpsim.workload.precision import OPTIMIZER_STATES, PRECISIONS
 from dpsim.workload.roofline import Efficiencies
 
@@ -122,9 +122,10 @@ def test_multi_gpu_rows_go_through_the_fsdp_path():
     assert rows and all(not r.is_scored for r in rows)
     m = accuracy.multi_gpu(rows[0])
     # FSDP's collectives are mostly hidden behind compute on one NVSwitch node: the FSDP path
-    # is within a few per cent of the compute-only estimate, and both are positive.
+    # is within a few per cent of the compute-only estimate (the one-GPU roofline, at the rate
+    # multi-GPU training sustains, predict's default on 8 GPUs), and both are positive.
     assert m.fsdp > 0 and m.compute_only > 0 and m.exposed_comm_s < 0.05 * m.step_s
-    assert m.fsdp == pytest.approx(m.compute_only, rel=0.05)
+    assert m.fsdp == pytest.approx(m.compute_only * MULTI_GPU_TRAINING_EFFICIENCY, rel=0.05)
 
 
 def test_the_section_writer_keeps_every_other_section(tmp_path):

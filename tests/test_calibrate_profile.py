@@ -237,7 +237,8 @@ def test_compute_rates_replace_achieved_but_not_peak():
 
 def test_predict_uses_measured_compute_and_model_step(tmp_path):
     base = PredictConfig(gpus=8, link="nvlink", model="gpt2", micro_batch=4, steps=1)
-    preset = predict(base)
+    # The preset roofline at its own rates: a profile's prediction takes no multi-GPU default.
+    preset = predict(replace(base, compute_efficiency=1.0))
     rate = get_gpu("h100").achieved_rate("bfloat16") / 2
     slow = save_profile(make_profile(compute=ComputeCalibration(
         device="slow h100", matmul_flops_per_s={"bfloat16": rate})), tmp_path / "slow.json")

@@ -30,12 +30,13 @@ from dpsim.predict.config import (
 ORIGINAL_DEFAULTS = {
     "gpus": 64, "link": "ethernet", "topology_file": None, "gpus_per_node": None, "gpu": None, "model": "gpt2-xl",
     "seq_len": None, "flash_attention": True, "micro_batch": 4, "precision": "amp-bf16", "optimizer": "adamw",
-    "bucket_cap_mb": None, "overlap": True, "overlap_slowdown": 0.189, "compute_efficiency": 1.0,
+    "bucket_cap_mb": None, "overlap": True, "overlap_slowdown": 0.189, "compute_efficiency": None,
     "single_gpu_step_s": None, "steps": 3, "calibration": None, "strategy": "ddp", "grad_accum": 1,
     "activation_checkpointing": False, "fsdp_unit": "block", "input_shape": None, "algo": None, "proto": None,
     "jobs": 1, "placement": "packed",
 }
-"""Field names, order and defaults before the config checked itself (golden JSON prints them)."""
+"""Field names, order and defaults before the config checked itself (golden JSON prints them);
+``compute_efficiency`` left out (``None``) is resolved per job (:func:`resolved_compute_efficiency`)."""
 
 
 # ---------------------------------------------------------------- choices = registries
@@ -363,3 +364,55 @@ def test_seq_len_on_a_transformers_configuration_names_its_context_field():
     with pytest.raises(ConfigError) as err:
         PredictConfig(model="transformers:LlamaConfig(num_hidden_layers=2)", seq_len=8192)
     assert "max_position_embeddings" in str(err.value) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- compute efficiency's default
+
+def test_compute_efficiency_default_is_the_multi_gpu_rate_only_where_compute_is_preset_costed():
+    from dpsim.predict.config import resolved_compute_efficiency
+    from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
+
+    assert MULTI_GPU_TRAINING_EFFICIENCY < DEFAULT_COMPUTE_EFFICIENCY == 1.0
+    from dpsim.cli.options import field_help  # --help states the default it uses
+    assert f"Left out: {MULTI_GPU_TRAINING_EFFICIENCY:g} for preset-costed compute on several GPUs" in field_help("compute_efficiency")
+    assert resolved_compute_efficiency(PredictConfig(gpus=8))[0] == MULTI_GPU_TRAINING_EFFICIENCY
+    # One GPU: the roofline is fitted on single-GPU steps; a measured step: nothing to scale.
+    assert resolved_compute_efficiency(PredictConfig(gpus=1, gpus_per_node=1))[0] == 1.0
+    assert resolved_compute_efficiency(PredictConfig(gpus=8, single_gpu_step_s=0.2))[0] == 1.0
+    # The user's value is the factor, whatever the job: never multiplied by the default.
+    for gpus, given in ((8, 1.0), (8, 0.7), (1, 0.7)):
+        config = PredictConfig(gpus=gpus, gpus_per_node=min(gpus, 8), compute_efficiency=given)
+        assert resolved_compute_efficiency(config) == (given, "--compute-efficiency")
+
+
+def test_predict_uses_the_resolved_compute_efficiency_and_says_which():
+    from dpsim.predict.run import predict
+    from dpsim.workload.compute import MULTI_GPU_TRAINING_EFFICIENCY
+
+    job = dict(gpus=8, gpus_per_node=8, link="nvlink", gpu="h100", model="gpt2", steps=2)
+    default = predict(PredictConfig(**job))
+    assert default.step_time_s == predict(PredictConfig(**job, compute_efficiency=MULTI_GPU_TRAINING_EFFICIENCY)).step_time_s
+    assert default.step_time_s > predict(PredictConfig(**job, compute_efficiency=1.0)).step_time_s
+    assert f"compute efficiency {MULTI_GPU_TRAINING_EFFICIENCY:g}: default on several GPUs" in default.provenance.compute.detail
+    # A calibration profile's measured rates are not scaled by the default.
+    calibrated = PredictConfig(gpus=8, link="nvlink", gpu="a100", model="gpt2", calibration="a100-nvswitch-8gpu")
+    assert resolved_compute_efficiency_of(calibrated) == 1.0
+
+
+def resolved_compute_efficiency_of(config: PredictConfig) -> float:
+    from dpsim.predict.config import resolved_compute_efficiency
+
+    return resolved_compute_efficiency(config)[0]
+
+
+def test_one_gpu_throughput_of_a_multi_gpu_prediction_is_the_one_gpu_predictions():
+    """The multi-GPU default is what several GPUs lose: ``single_gpu_samples_per_s`` (and so the
+    scaling efficiency) is the one-GPU job's, which runs without it."""
+    from dpsim.predict.run import predict
+    from dpsim.workload.compute import MULTI_GPU_TRAINING_EFFICIENCY
+
+    job = dict(link="nvlink", gpu="h100", model="gpt2", steps=2)
+    one = predict(PredictConfig(gpus=1, gpus_per_node=1, **job))
+    eight = predict(PredictConfig(gpus=8, gpus_per_node=8, **job))
+    assert eight.single_gpu_samples_per_s == pytest.approx(one.single_gpu_samples_per_s, rel=1e-9)
+    assert eight.scaling_efficiency < MULTI_GPU_TRAINING_EFFICIENCY + 1e-9

@@ -142,6 +142,7 @@ def test_every_rank_slower_matches_the_engine_with_slower_compute(cfg, tol):
     pipeline engine's own step with every compute time 1.3x longer (a measured one-GPU step 1.3x
     the modelled one): the schedule's fill weight and DualPipe's half passes are what make them agree."""
     from dpsim.hardware import get_gpu
+    from dpsim.predict.config import resolved_compute_efficiency
     from dpsim.predict.run import load_model
     from dpsim.workload.compute import compute_profile
     from dpsim.workload.precision import get_precision
@@ -152,8 +153,10 @@ def test_every_rank_slower_matches_the_engine_with_slower_compute(cfg, tol):
     _, report = predict_with_variability(config, spec, steps=2)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
                               layout=True)
+    # The one-GPU step at the compute efficiency predict(config) ran at (its multi-GPU default).
     one = compute_profile(load_model(config), get_gpu(p.gpu), micro_batch=config.workload.micro_batch,
-                          precision=precision, optimizer=config.workload.optimizer)
+                          precision=precision, optimizer=config.workload.optimizer,
+                          compute_efficiency=resolved_compute_efficiency(config)[0])
     engine = predict(PredictConfig(**cfg, single_gpu_step_s=1.3 * one.step_s)).step_time_s
     assert report.statistics.mean_s == pytest.approx(engine, rel=tol)
     assert report.statistics.mean_s > 1.2 * p.step_time_s

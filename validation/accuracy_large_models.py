@@ -32,7 +32,9 @@ The published metric is converted to dpsim's in one place (:func:`to_published_u
 per GPU, MaxText's TFLOP/s per GPU with MaxText's own FLOP count, or whole-job samples/s. The
 error is the prediction over the published value, minus one (positive: dpsim predicts faster).
 
-Two figures are reported: **presets, nothing fitted** (every constant as shipped), and
+Two figures are reported: **presets** (every constant as shipped, ``--compute-efficiency`` at its
+multi-GPU default :data:`dpsim.workload.compute.MULTI_GPU_TRAINING_EFFICIENCY`, which this
+section's rows fitted), and
 **leave one system out**: one number, ``--compute-efficiency``, chosen on the other systems'
 rows (the grid value with the smallest median |error| there) and used on the held-out system.
 A system is the organisation's cluster (:func:`system_of`); MosaicML's H100 and A100 clusters
@@ -64,6 +66,7 @@ from dpsim.predict.config import PredictConfig  # noqa: E402
 from dpsim.predict.run import predict  # noqa: E402
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, build_gpt2, build_llama  # noqa: E402
 from dpsim.workload.catalog import get_entry, get_model, list_models  # noqa: E402
+from dpsim.workload.compute import MULTI_GPU_TRAINING_EFFICIENCY  # noqa: E402
 from dpsim.workload.layers import (  # noqa: E402
     has_megatron_count,
     with_attention_kernel,
@@ -1145,15 +1148,15 @@ def _grid_in_workers(dense: list[dict], efficiencies: list[float]):
 def leave_one_system_out(dense: list[dict], presets: list[Result], grid=None
                          ) -> tuple[list[Result], dict[str, float]]:
     """Each system's rows predicted with the grid value that gives the smallest median |error| on
-    the other systems' rows. ``presets`` (the rows at the shipped value, 1.0) is reused for it;
-    ``grid`` holds the other values' predictions when they are being computed elsewhere
-    (futures from :func:`_grid_in_workers`): the figures are the same either way."""
+    the other systems' rows. Every grid value, 1.0 included, is given explicitly: the presets
+    (``presets``, which name the rows) run at the shipped default
+    (:data:`dpsim.workload.compute.MULTI_GPU_TRAINING_EFFICIENCY`), which a fold must neither reuse
+    nor multiply its value by. ``grid`` holds the values' predictions when they are being computed
+    elsewhere (futures from :func:`_grid_in_workers`): the figures are the same either way."""
     by_id = {r["id"]: r for r in dense}
     by_eff: dict[float, dict[str, Result]] = {}
     for eff in EFFICIENCY_GRID:
-        if eff == 1.0:
-            by_eff[eff] = {r.id: r for r in presets}
-        elif grid is not None:
+        if grid is not None:
             by_eff[eff] = grid[eff].result()
         else:
             by_eff[eff] = _rows_at([by_id[r.id] for r in presets], eff)
@@ -1296,7 +1299,8 @@ def section(presets: list[Result], loso: list[Result], fitted: dict[str, float],
         "Error = predicted / published - 1 (positive: dpsim faster). The MFU column uses one FLOP count for every "
         "row (6N + 12·layers·hidden·seq per token, dense bf16 peak) so that rows compare.",
         "",
-        f"**{s['n']} rows predicted, presets, nothing fitted: median |error| {_pct(s['median'])}, worst "
+        f"**{s['n']} rows predicted, presets (the shipped multi-GPU compute efficiency "
+        f"{MULTI_GPU_TRAINING_EFFICIENCY:g}, fitted on these rows; nothing fitted per row): median |error| {_pct(s['median'])}, worst "
         f"{_pct(s['worst'])}.** Leave one system out (`--compute-efficiency` chosen on the other systems from "
         f"{EFFICIENCY_GRID[0]:.2f}-{EFFICIENCY_GRID[-1]:.2f}): median {_pct(lo['median'])}, worst {_pct(lo['worst'])} "
         "(issue 24's bar: median <= 6 %, worst <= 15 %).",
@@ -1480,7 +1484,7 @@ def run(only: set[str] | None = None, *, loso: bool = True):
     dense, skipped = split(rows())
     if only:
         dense = [r for r in dense if r["id"] in only]
-    grid = _grid_in_workers(dense, [e for e in EFFICIENCY_GRID if e != 1.0]) if loso else None
+    grid = _grid_in_workers(dense, list(EFFICIENCY_GRID)) if loso else None
     presets, refused = evaluate_all(dense)
     skipped = skipped + refused
     expressed = [r for r in dense if r["id"] in {x.id for x in presets}]
@@ -1515,7 +1519,7 @@ def main(argv=None) -> int:
               f"MFU {100 * r.published_mfu:4.1f}/{100 * r.predicted_mfu:4.1f}"
               f"{'' if r.fits else '  DOES NOT FIT ' + r.memory_note}")
     s = summary(presets)
-    print(f"presets, nothing fitted: {s['n']} rows, median |error| {_pct(s['median'])}, worst {_pct(s['worst'])}")
+    print(f"presets (compute efficiency {MULTI_GPU_TRAINING_EFFICIENCY:g} shipped): {s['n']} rows, median |error| {_pct(s['median'])}, worst {_pct(s['worst'])}")
     for name, v in per_system(presets).items():
         print(f"  {name}: {v['n']} rows, median {_pct(v['median'])}, worst {_pct(v['worst'])}")
     if loso_results:

@@ -67,7 +67,7 @@ from dpsim.strategies.registry import (
     honours,
 )
 from dpsim.wording import count
-from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY
+from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
 
@@ -586,10 +586,11 @@ class CalibrationConfig:
         default=None, metadata=_range(MIN_SINGLE_GPU_STEP_S, MAX_SINGLE_GPU_STEP_S, flag="--single-gpu-step-ms",
                                      flag_scale=1e3, unit=" ms"))
     """Your measured one-GPU step time: compute is scaled to it."""
-    compute_efficiency: float = field(default=DEFAULT_COMPUTE_EFFICIENCY,
-                                      metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
-    """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is (it
-    carries each GPU's efficiencies), 0.8 makes compute 1/0.8 slower."""
+    compute_efficiency: float | None = field(default=None, metadata=_range(MIN_COMPUTE_EFFICIENCY, 1))
+    """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is, 0.8 makes
+    compute 1/0.8 slower. Left out: 0.95 for preset-costed compute on several GPUs (the rate published
+    multi-GPU training sustains against the single-GPU roofline, fitted on the large-model runs), 1 on
+    one GPU, with --calibration or --single-gpu-step-ms (measured rates)."""
     overlap_slowdown: float | None = field(default=None, metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
     """Fractional compute slowdown while communication runs (0.1 = 10 %); left out: a calibration
     profile's measured slowdown, else 0.189 (dpsim's estimate: the average measured in GPT and
@@ -1317,8 +1318,41 @@ SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version
 from their default: options of the training script that most configurations leave alone."""
 
 
+def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
+    """``(factor, why)``: ``--compute-efficiency`` where given, else its default for this job.
+
+    The default is :data:`~dpsim.workload.compute.MULTI_GPU_TRAINING_EFFICIENCY` where the compute is
+    costed from the presets and the job runs on more than one GPU, and
+    :data:`~dpsim.workload.compute.DEFAULT_COMPUTE_EFFICIENCY` (1) where the roofline is already what it
+    predicts (one GPU: its constants are fitted on single-GPU steps) or where compute is measured (a
+    calibration profile's rates, ``--single-gpu-step-ms``): a factor there would count twice."""
+    cal = config.calibration
+    if cal.compute_efficiency is not None:
+        return cal.compute_efficiency, "--compute-efficiency"
+    if cal.profile is not None:
+        return DEFAULT_COMPUTE_EFFICIENCY, "default with --calibration: measured rates"
+    if cal.single_gpu_step_s is not None:
+        return DEFAULT_COMPUTE_EFFICIENCY, "default with --single-gpu-step-ms: a measured step"
+    if config.cluster.gpus == 1:
+        return DEFAULT_COMPUTE_EFFICIENCY, "default on one GPU"
+    return MULTI_GPU_TRAINING_EFFICIENCY, ("default on several GPUs: the rate published multi-GPU training "
+                                           "sustains against the single-GPU roofline")
+
+
+def one_gpu_compute_ratio(config: PredictConfig) -> float:
+    """One GPU's compute time over this job's per GPU, for ``single_gpu_samples_per_s`` (the same model
+    on one GPU, as ``predict --gpus 1`` gives it) and so the scaling efficiency: the multi-GPU default of
+    :func:`resolved_compute_efficiency` is what a job on several GPUs loses, so one GPU runs without it;
+    any other factor (given, or 1) is shared."""
+    efficiency, _ = resolved_compute_efficiency(config)
+    if config.calibration.compute_efficiency is None and efficiency == MULTI_GPU_TRAINING_EFFICIENCY \
+            and config.cluster.gpus > 1:
+        return MULTI_GPU_TRAINING_EFFICIENCY / DEFAULT_COMPUTE_EFFICIENCY
+    return 1.0
+
+
 def capped_compute_efficiency(config: PredictConfig, gpu) -> float:
-    """``--compute-efficiency`` times the fraction of its rate ``gpu`` (a :class:`~dpsim.hardware.GpuSpec`)
-    keeps under ``--power-cap-w`` (:func:`dpsim.hardware.power_cap_throughput`; 1 without a cap): the one
-    factor every compute profile of a prediction is built with."""
-    return config.calibration.compute_efficiency * power_cap_throughput(gpu.name, config.cluster.power_cap_w)
+    """:func:`resolved_compute_efficiency` times the fraction of its rate ``gpu`` (a
+    :class:`~dpsim.hardware.GpuSpec`) keeps under ``--power-cap-w`` (:func:`dpsim.hardware.power_cap_throughput`;
+    1 without a cap): the one factor every compute profile of a prediction is built with."""
+    return resolved_compute_efficiency(config)[0] * power_cap_throughput(gpu.name, config.cluster.power_cap_w)

@@ -48,7 +48,7 @@ from dpsim.memory import (
     offload_memory,
     worst_stage,
 )
-from dpsim.predict.config import ParallelismConfig, PredictConfig, capped_compute_efficiency
+from dpsim.predict.config import ParallelismConfig, PredictConfig, capped_compute_efficiency, one_gpu_compute_ratio
 from dpsim.predict.memo import memoized
 from dpsim.predict.provenance import charge_after_comm
 from dpsim.predict.result import Prediction
@@ -867,7 +867,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     # TransformerEngine's cached FP8 weight casts once a step there too (caches_fp8_weights).
     cast_once = sum(l.fp8_weight_cast_s for l in compute.layers) if caches_fp8_weights(precision.fp8) else 0.0
     single_step = m_total * (full_fb - cast_once + recompute_full) + cast_once + compute.optimizer_s
-    single = layout.micro_batch * m_total / single_step
+    single = layout.micro_batch * m_total / (single_step * one_gpu_compute_ratio(config))
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
             if gpu.peak_flops_per_s else None)
     flops_per_gpu = compute.flops_per_step * m_total / (layout.tp * layout.pp * layout.cp)

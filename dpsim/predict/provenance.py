@@ -20,7 +20,7 @@ from dataclasses import field, replace
 from dpsim.errors import ConfigError, ProfileError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import get_gpu
-from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig
+from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, PredictConfig, resolved_compute_efficiency
 from dpsim.profile.calibrated import (
     calibrated_comm_slowdown,
     calibrated_overlap_slowdown,
@@ -197,9 +197,10 @@ def preset_provenance(config: PredictConfig, gpu, topology) -> Provenance:
                                                f"({config.calibration.single_gpu_step_s * 1e3:.4g} ms, --single-gpu-step-ms)")
     else:
         cap = config.cluster.power_cap_w
+        efficiency, why = resolved_compute_efficiency(config)
         capped = "" if cap is None else f", x the measured rate at a {cap:g} W power cap (--power-cap-w)"
         compute = Origin(source="model", detail=f"{gpu.name} preset's measured matmul rates and memory bandwidth, "
-                                                f"per-layer model (--compute-efficiency {config.calibration.compute_efficiency:g})"
+                                                f"per-layer model (compute efficiency {efficiency:g}: {why})"
                                                 f"{capped}")
     where = f"file {config.cluster.topology_file}" if config.cluster.topology_file else f"preset {config.cluster.link}"
     network = Origin(source="model", detail=f"NCCL's algorithm choice on the flow model of topology {where}")
@@ -327,7 +328,7 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         if op_rates is not None and gpu is not None and (match.step is None or cal.op_rates):
             compute, fallback = op_rate_compute(model, compute, op_rates, gpu, precision,
                                                 micro_batch=wl.micro_batch,
-                                                compute_efficiency=cal.compute_efficiency)
+                                                compute_efficiency=resolved_compute_efficiency(config)[0])
             why = "--op-rates" if match.step is not None else f"measured step not used: {match.reason}"
             untimed, kernels = untimed_kernels(model, op_rates, wl.micro_batch)
             if untimed:

@@ -30,7 +30,7 @@ from dpsim.network.degrade import (
 )
 from dpsim.network.tiers import TierNetwork
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
-from dpsim.predict.config import PredictConfig, capped_compute_efficiency
+from dpsim.predict.config import PredictConfig, capped_compute_efficiency, one_gpu_compute_ratio
 from dpsim.predict.layout import (
     check_all_to_all_options,
     check_layout,
@@ -393,14 +393,16 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     # of the strategy's own work (DDP's bucket copies and hooks).
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s
                    - plan.framework_s)
+    one_gpu_step = single_step * one_gpu_compute_ratio(config)
     loader_rate = config.workload.input_samples_per_s
     input_step = config.workload.micro_batch * k / loader_rate if loader_rate else None
     input_bound = input_step is not None and input_step > step_time
     if input_step is not None:  # the loader runs ahead (prefetch): a step is never shorter than loading it
         step_time = max(step_time, input_step)
         single_step = max(single_step, input_step)
+        one_gpu_step = max(one_gpu_step, input_step)
     samples = config.workload.micro_batch * k * topology.n_gpus / step_time
-    single = config.workload.micro_batch * k / single_step
+    single = config.workload.micro_batch * k / one_gpu_step
     memory, advice = memory_with_advice(model, gpu, config, precision, topology)
     if gpu.name == "cpu":  # a CPU profile's ranks: no CUDA context, workspaces or NCCL buffers
         memory = replace(memory, overhead_bytes=0.0)
