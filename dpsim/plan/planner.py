@@ -1044,7 +1044,7 @@ class Planner:
             gc, group = self.hybrid_collectives(c.gpus, world), "intra"
         else:
             gc, group = self.collectives(c.gpus, 1, 1, c.dp), "dp"
-        w, g = self.precision.weight_bytes, self.precision.grad_bytes
+        g = self.precision.grad_bytes
         if c.strategy == "zero3":
             recomputed = [u.layers for u in units if not u.is_root] if c.recompute == "full" else []
             again = backward_gather_numel(self.model, names, recomputed)
@@ -1230,7 +1230,7 @@ class Planner:
         groups = (("dp", "edp") if eshard * ereplicas > 1 else ("dp",)) if split else ("all",)
         buckets = self.stage_buckets(tab, assignment, 0, bucket=self.bucket(layout.grad_group),
                                      overlap=True, groups=groups)
-        w, g = self.precision.weight_bytes, self.precision.grad_bytes
+        g = self.precision.grad_bytes
         numel = sum(b[2] for b in buckets)
         share = 1.0
         if zero3 is not None and numel:

@@ -73,7 +73,9 @@ system at once: the value of its grid (0.60 ... 1.00 by 0.05) with the smallest 
 over all 157 predicted rows of ``tests/data/large_model_runs.csv`` (23 systems, A100/H100/H800/
 H20/GB200/GB300, 4 to 6,144 GPUs; ties to the larger value). At 1.0 those rows' signed median is
 +6.3 % (positive: dpsim faster; 19 of 23 systems positive; single-node rows +3.0 %, multi-node
-+11.2 %), median |error| 8.7 %; at 0.95, +1.3 % and 6.9 %. Each leave-one-system-out fold picks
++11.2 %), median |error| 8.7 %; at 0.95, +1.3 % and 6.9 %. With the eleven MLPerf Training rows added
+the same day (R169-R179, 168 rows predicted) the fit is still 0.95: median |error| 8.82 % at 1.0,
+6.81 % at 0.90, 6.70 % at 0.95 (signed +6.5 % and +1.6 %, at 1.0 and 0.95). Each leave-one-system-out fold picks
 0.90 or 0.95; the layout rows' folds (``validation/accuracy_layouts.py --loso``) 0.88-0.94.
 Chronological holdout: fitted on rows R001-R158 only (147 rows), the procedure picks 0.95 too,
 and the ten rows added after every fit (FlagPerf, R159-R168, never used to choose anything) go
