@@ -166,9 +166,10 @@ def test_golden_llama2_7b_fsdp_8_h100_compiled():
     eager, compiled = predict(PredictConfig(**base)), predict(PredictConfig(**base, compile=True))
     # Frozen from this model (dpsim/workload/compiled.py, attention at dpsim/workload/attention_rates.py's
     # fitted FlashAttention-2 rates; compute 18.9 % slower under overlap, DEFAULT_OVERLAP_SLOWDOWN; FSDP1's
-    # gradient passes, dpsim/strategies/sharded.py): 0.7680 s eager, 0.6958 s compiled.
-    assert eager.step_time_s == pytest.approx(0.7680, rel=2e-3)
-    assert compiled.step_time_s == pytest.approx(0.6958, rel=2e-3)
+    # gradient passes, dpsim/strategies/sharded.py; 8 GPUs at MULTI_GPU_TRAINING_EFFICIENCY 0.95, dpsim/workload/
+    # compute.py): 0.8056 s eager, 0.7296 s compiled (0.7680 and 0.6958 at efficiency 1, before 2026-12-07).
+    assert eager.step_time_s == pytest.approx(0.8056, rel=2e-3)
+    assert compiled.step_time_s == pytest.approx(0.7296, rel=2e-3)
     assert compiled.mfu > eager.mfu
     # Compiled, each of the 32 blocks keeps 4·s·h + 2·s·inter bytes fewer per sample (micro-batch 2): the
     # min-cut partitioner recomputes the norms' tensors and SiLU's output

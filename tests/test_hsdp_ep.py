@@ -61,8 +61,9 @@ def test_ep_one_shards_experts_within_the_shard_group(pp):
     # 1.2348 s / 104.78 GB (pp 2). Now they shard over the tp x 4 = 8 ranks of the shard group and all-reduce across
     # its replicas, as HSDP does the dense parameters (tests/test_fsdp_ep.py): 8x the expert state per rank.
     r = predict(_config(tp=2, sequence_parallel=True, pp=pp, ep=1, etp=1, zero_group=4, global_batch=64))
-    want = {1: (2.405765254446232, 105574105088.0, 206954582016),
-            2: (1.4069284529666268, 130145021952.0, 51738640384)}[pp]
+    # Step times at the multi-GPU compute efficiency 0.95 (dpsim/workload/compute.py; 2.4058 / 1.4069 s at 1).
+    want = {1: (2.4116159737763865, 105574105088.0, 206954582016),
+            2: (1.4568706042771158, 130145021952.0, 51738640384)}[pp]
     assert (r.step_time_s, r.memory.total_bytes, r.gradient_bytes) == want
 
 
