@@ -241,8 +241,8 @@ stages: extended from ``m = p + 1`` to 256 it read 0.964x its simulation). The r
 
 DEFAULT_VERIFY = 64
 """Most layouts simulated (``--verify``): more than the bound leaves in the searches measured
-(DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 13, Llama-3-405B, 2,048: 4, with the bound at 1.04 on
-2026-12-07, "est1f1b"; 39 and 9 at 1.08; 32 and 9 at 1.07 with the estimate and engine before, ea65253; ~3 s of simulation each on a
+(DeepSeek-V3 on 16,384 GPUs, global batch 4,096: 27, Llama-3-405B, 2,048: 5, with the bound at 1.06 on
+2026-12-07; 13 and 4 at 1.04, "est1f1b"; 39 and 9 at 1.08; 32 and 9 at 1.07 with the estimate and engine before, ea65253; ~3 s of simulation each on a
 loaded 2-core machine): issue 28 asks for either 16,384-GPU search under 10 s whole process, and one
 simulated layout takes ~0.04 s (DeepSeek-V3) to ~0.15 s (405B)."""
 VERIFY_SECONDS: float | None = None
