@@ -227,7 +227,11 @@ _ESTIMATES: dict[tuple, dict] = {}
 
 
 @pytest.mark.parametrize("job,search", [
-    (dict(model="mixtral-8x7b", link="infiniband", precision="bf16-params"), dict(gpus=[64], global_batch=256)),
+    # The MoE search in the full suite only: its 7,860 candidates at ~4 ms each since the estimate replays 1F1B and
+    # the interleaved schedule op by op (2026-12-07) took 30 s of one fast-lane worker; the dense search keeps the
+    # property in the fast lane.
+    pytest.param(dict(model="mixtral-8x7b", link="infiniband", precision="bf16-params"),
+                 dict(gpus=[64], global_batch=256), marks=pytest.mark.slow),
     (dict(model="llama-3-8b", link="infiniband", precision="bf16-params"), dict(gpus=[32, 64], global_batch=128)),
 ], ids=["mixtral", "llama"])
 @pytest.mark.parametrize("verify,top", [(3, 10), (0, 25)])
