@@ -166,7 +166,7 @@ from dpsim.strategies.layout import (
 from dpsim.strategies.checkpointing import OP_RECOMPUTES, CheckpointPolicy, recompute_shares
 from dpsim.strategies.context import ContextParallel, check_context, cp_shard
 from dpsim.strategies.pipeline import (A2A_OVERLAP_SCHEDULES, a2a_overlap_cut, a2a_pairs, blocking_stage_times,
-                                      dualpipe_stage_times,
+                                      compute_beside, dualpipe_stage_times,
                                       extra_warmup, layer_buckets, schedule_slots)
 from dpsim.strategies.ddp_costs import ddp_buckets, ddp_costs
 from dpsim.strategies.deepspeed_fetch import backward_gather_numel
@@ -1994,27 +1994,8 @@ class Planner:
 
         def run(s: int, t: float, d: float) -> float:
             """When ``d`` seconds of compute started at ``t`` on stage ``s`` end, slowed beside its stream."""
-            spans = busy[s]
-            i = at[s]
-            while i < len(spans) and spans[i][1] <= t:
-                i += 1
-            at[s] = i
-            if i == len(spans):
-                return t + d
-            while i < len(spans):
-                a, b = spans[i]
-                if a > t:
-                    if t + d <= a:
-                        return t + d
-                    d -= a - t
-                    t = a
-                room = (b - t) / slow
-                if d <= room:
-                    return t + d * slow
-                d -= room
-                t = b
-                i += 1
-            return t + d
+            end, at[s] = compute_beside(busy[s], at[s], t, d, slow)
+            return end
 
         ready = [None] * p
         if streams is not None:

@@ -490,6 +490,33 @@ def _dualpipe_program(p: int, m: int) -> tuple[tuple[tuple, ...], int]:
         assert progressed, "DualPipe's order deadlocked"
 
 
+def compute_beside(spans, first: int, t: float, d: float, slow: float) -> tuple[float, int]:
+    """When ``d`` seconds of compute started at ``t`` end beside a stream busy over ``spans`` (its ``(start,
+    end)`` intervals in time order), running ``slow`` times slower inside them, as the engine plays compute
+    while a collective is in flight; and the index of the first span not behind ``t``, from which a caller whose
+    ``t`` only grows may start the next call (``first``: where this one starts)."""
+    i, n = first, len(spans)
+    while i < n and spans[i][1] <= t:
+        i += 1
+    behind = i
+    while i < n:
+        a, b = spans[i]
+        i += 1
+        if b <= t:
+            continue
+        if a > t:
+            if t + d <= a:
+                return t + d, behind
+            d -= a - t
+            t = a
+        room = (b - t) / slow
+        if d <= room:
+            return t + d * slow, behind
+        d -= room
+        t = b
+    return t + d, behind
+
+
 def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_forward_s, transfer_s: float,
                          token_s: float, gather_s: float, streams=None,
                          slow: float = 1.0) -> tuple[list[float], list[float], list[float]]:
@@ -530,20 +557,7 @@ def blocking_stage_times(p: int, v: int, m: int, forward_s, backward_s, first_fo
 
     def run(s: int, t: float, d: float) -> float:
         """When ``d`` seconds of compute started at ``t`` on stage ``s`` end, ``slow`` times slower beside its stream."""
-        for a, b in busy[s]:
-            if b <= t:
-                continue
-            if a > t:
-                if t + d <= a:
-                    return t + d
-                d -= a - t
-                t = a
-            room = (b - t) / slow
-            if d <= room:
-                return t + d * slow
-            d -= room
-            t = b
-        return t + d
+        return compute_beside(busy[s], 0, t, d, slow)[0]
 
     for code, s, a, b in program:
         if code == _OP_F or code == _OP_B:
