@@ -367,3 +367,40 @@ def test_breakdown_groups_checkpointing_and_recomputed_share():
         ["0", "<=5 %", "<=15 %", "<=25 %", ">25 %"]
     assert [alm._size_bucket(p) for p in (1e9, 7e9, 30e9, 70e9, 405e9)] == \
         ["<3B", "3-15B", "15-50B", "50-150B", ">=150B"]
+
+
+def _mosaicml_scale_out_pair():
+    """MosaicML's mpt-1b FSDP SHARD_GRAD_OP rows at 128 and 512 H100s (R011, R012: the same micro-batch per
+    GPU, so the same per-GPU compute), predicted as the section predicts them."""
+    rows = {r["id"]: r for r in alm.rows()}
+    out = []
+    for rid in ("R011", "R012"):
+        job = alm.job_of(rows[rid])
+        out.append((rows[rid], alm.predict(job.config, model=job.model)))
+    return out
+
+
+def test_mosaicml_scale_out_diagnosis_ring_latency_charged_and_prefetch_never_binds():
+    # validation/large_model_runs.md "Multi-node optimism": the ring's per-hop latency is charged (a
+    # layer's all-gather lasts longer across 64 nodes than 16), yet FSDP's one-layer prefetch keeps it
+    # under the layer's compute, so almost nothing is exposed at either size.
+    (_, small), (_, large) = _mosaicml_scale_out_pair()
+
+    def layer_gather_s(p):
+        return max(e.end_s - e.start_s for e in p.simulation.trace
+                   if e.step == 0 and e.bucket is not None and e.name == "all-gather transformer.h.0 (forward)")
+
+    assert layer_gather_s(large) > 1.5 * layer_gather_s(small)
+    assert large.comm_s > 1.5 * small.comm_s
+    for p in (small, large):
+        assert p.exposed_comm_s < 0.02 * p.step_time_s
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24's multi-node residual: llm-foundry's table (R011 -> R012) "
+                   "loses 9.7 % of tokens/s per GPU from 128 to 512 H100s; dpsim loses under 2 %, and no "
+                   "costed mechanism explains the rest (validation/large_model_runs.md, 'Multi-node optimism')")
+def test_mosaicml_mpt_1b_scale_out_within_two_points_of_the_published():
+    (r_small, small), (r_large, large) = _mosaicml_scale_out_pair()
+    published = float(r_large["value"]) / float(r_small["value"])  # 39837 / 44123 = 0.903
+    predicted = small.step_time_s / large.step_time_s  # the same tokens per GPU per step
+    assert abs(predicted - published) <= 0.02
