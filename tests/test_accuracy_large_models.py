@@ -390,3 +390,8 @@ def test_decompose_needs_rows(capsys):
     with pytest.raises(SystemExit):
         alm.main(["--decompose"])
     assert "--decompose needs --only" in capsys.readouterr().err
+
+
+def test_decompose_names_a_row_it_does_not_have(capsys):
+    assert alm.main(["--decompose", "--only", "R999"]) == 0
+    assert capsys.readouterr().out.strip() == "R999: no such row in large_model_runs.csv"

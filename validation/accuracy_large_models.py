@@ -1582,9 +1582,14 @@ def main(argv=None) -> int:
     if args.decompose:
         if not only:
             ap.error("--decompose needs --only ROW[,ROW...]")
-        for row in rows():
-            if row["id"] in only:
+        found = [row for row in rows() if row["id"] in only]
+        for missing in sorted(only - {row["id"] for row in found}):
+            print(f"{missing}: no such row in {DATA.name}")
+        for row in found:
+            try:
                 print("\n".join(decomposition_lines(row)))
+            except DpsimError as e:  # a row dpsim refuses is reported, as the table reports it
+                print(f"{row['id']}: refused: {e}")
         return 0
     presets, loso_results, fitted, skipped = run(only, loso=not args.no_loso)
     if args.breakdown:
