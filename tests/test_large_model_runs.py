@@ -52,9 +52,14 @@ KEPT_OUT = (
     r"foundation-model-stack",
     r"torchtitan(@[0-9a-f]+)?[ /]+benchmarks/",
     r"2407\.21783",
-    r"\bnemo\b",
-    r"performance[_ ]summary",
+    # NeMo's performance pages (the summary and its siblings such as performance_long_sequence.md), as a docs
+    # URL, a repository path or prose; not every NeMo folder: MLPerf submissions keep their code under nemo/.
+    r"nemo[^\s]*/performance/",
+    r"nvidia/nemo(@[0-9a-f]+)?\s+(docs/source/)?performance",
+    r"\bnemo(\W+framework)?('s)?\W+(\w+\W+){0,2}?performance\b",
+    r"performance[-_ ]summary",
     r"dgxc-benchmarking",
+    r"dgx[- ]?cloud[- ]benchmarking",
     r"automodel",
     r"bigscience",
     r"bloom(?!berg)",  # BLOOM's sources; not the unrelated BloombergGPT paper (arXiv:2303.17564)
@@ -136,6 +141,43 @@ def test_gpu_is_a_preset_and_stand_ins_are_flagged(rows):
         exact = str(r["gpu_published"]).startswith(EXACT_GPU.get(str(r["gpu"]), ()))
         if not exact:
             assert "preset" in str(r["notes"]).lower(), (r["id"], r["gpu_published"])
+
+
+KEPT_OUT_CITATIONS = (
+    "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html",
+    "docs.nvidia.com/nemo-framework/user-guide/24.12/performance/performance-summary.html",
+    "NVIDIA/NeMo@e9f8a5c docs/source/performance/performance_summary.md",
+    "NVIDIA/NeMo@e9f8a5c docs/source/performance/performance_long_sequence.md",
+    "github.com/NVIDIA/NeMo/blob/main/docs/source/performance/performance_summary.md",
+    "NeMo's performance summary, Llama 3 70B row",
+    "NeMo Framework performance summary (H100, FP8)",
+    "the NeMo performance table",
+    "NVIDIA/dgxc-benchmarking@0123abc llama3.1/nemo/README.md",
+    "github.com/NVIDIA/dgxc-benchmarking/tree/main/nemotron",
+    "NVIDIA DGX Cloud Benchmarking recipes (Llama 3.1 405B)",
+    "NVIDIA-NeMo/Automodel@0123abc docs/performance-summary.md",
+    "NVIDIA-NeMo/Megatron-Bridge@0123abc docs/performance-summary.md",
+)
+"""How the kept-out NeMo and DGX Cloud sources would be cited (docs URL, repository path, prose)."""
+
+MLPERF_UNDER_A_NEMO_FOLDER = (
+    "mlcommons/training_results_v4.0@6fe954378efe4a1a1bd665550b18ff8f26018def "
+    "smc/benchmarks/gpt3/implementations/nemo/config_SMCH100_64x8x128x4x8.sh",
+    "mlcommons/training_results_v4.1@b87b9e3 NVIDIA/results/eos_n64_ngc24.09_nemo/gpt3/result_0.txt",
+    "Megatron-style: NeMo (NVIDIA's MLPerf GPT-3 implementation, Megatron GPT with TransformerEngine layers)",
+    "'NVIDIA NeMo Framework Release 25.04' (system json)",
+)
+"""MLPerf submissions' own code and logs (NeMo is their trainer): not a kept-out source."""
+
+
+@pytest.mark.parametrize("text", KEPT_OUT_CITATIONS)
+def test_the_kept_out_nemo_and_dgxc_sources_are_still_caught(text):
+    assert any(re.search(p, text.lower()) for p in KEPT_OUT), text
+
+
+@pytest.mark.parametrize("text", MLPERF_UNDER_A_NEMO_FOLDER)
+def test_an_mlperf_submission_under_a_nemo_folder_is_not_kept_out(text):
+    assert not [p for p in KEPT_OUT if re.search(p, text.lower())], text
 
 
 def test_no_kept_out_source_appears(rows):

@@ -84,7 +84,7 @@ SYSTEMS_DIR = ROOT / "validation" / "systems"
 
 BF16_PEAK_FLOPS = {"a100": 312e12, "a100-40gb": 312e12, "h100": 989e12, "h800": 989e12, "gb200": 2.5e15,
                    "gb300": 2.5e15, "h20": 148e12, "b200": 2250e12,
-                   "h200": 989e12}
+                   "h200": 989e12, "b300": 2250e12}
 """Dense bf16 peaks (A100 and H100 SXM datasheets; GB200: the GB200 NVL72 datasheet's 180 PFLOPS
 dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB300 NVL72, the
 ``gb300`` preset's citation; H800: the H100 SXM's, as DeepSeek quote it: 432 TFLOPS is 43.73 % MFU
@@ -92,7 +92,8 @@ dense FP16/BF16 over its 72 GPUs; GB300: the same 180 PFLOPS over 72 for the GB3
 the common MFU column is quoted against. H20: 148 TFLOPS dense FP16/BF16, the figure the ``h20`` preset
 cites (zangshuxian.com/new/674733024499207168; willitrunai.com/es/gpus/h20-96gb). B200: 2,250 TFLOPS dense
 BF16, the ``b200`` preset's peak (hardware.csv H022); H200: the H100 SXM's 989, as the ``h200`` preset takes its
-compute (the same GH100 die). Only the MFU column uses them."""
+compute (the same GH100 die); B300: 2,250 TFLOPS dense FP16/BF16, the ``b300`` preset's citation (verda.com's
+B300 column). Only the MFU column uses them."""
 FP8_PEAK_FLOPS = {"h100": 1979e12}
 """Dense FP8 peak (H100 SXM datasheet: 3,958 TFLOPS with sparsity): llm-foundry's MFU column
 divides its FP8 rows' throughput by it, not by the bf16 peak (R041-R047's published MFU is half
@@ -273,6 +274,50 @@ SYSTEMS = {
     "Nebius H200 (8x ConnectX-7 IB NDR 400Gb/s per node) (MLPerf Training v5.1, as published)": System(
         name="MLPerf Nebius H200", link="infiniband",
         assumed="fabric topology not stated: the preset's rail-optimised non-blocking fat tree (H200 on the H100 node's NVLink4)"),
+    # More MLPerf Training submissions (mlcommons/training_results_v4.0, v5.0, v5.1; rows R180-R187): each system json
+    # states its GPUs and, where it does, its NICs; one leave-one-system-out unit per submitter's cluster.
+    "Sustainable Metal Cloud SMC-H100 (immersion-cooled H100 SXM nodes, InfiniBand NDR) (MLPerf Training v4.0, as "
+    "published)": System(
+        name="MLPerf SMC H100", link="infiniband",
+        assumed="'Infiniband NDR' only: 8x 400 Gb/s NDR per node and the preset's rail-optimised non-blocking fat tree"),
+    "NVIDIA Tyche (GB200 NVL72 racks, 4 GPUs per node, 4x ConnectX-7 IB NDR 400Gb/s per node) (MLPerf Training v5.0, "
+    "as published)": System(
+        name="MLPerf NVIDIA Tyche GB200", topology_file="gb200-nvl72.yaml",
+        assumed="inter-rack fabric topology and the job's placement in the racks not stated (gb200-nvl72.yaml's)"),
+    "CoreWeave Carina (GB200 NVL72 racks, 4 GPUs per node, 4x ConnectX-7 IB NDR 400Gb/s per node) (MLPerf Training "
+    "v5.0, IBM + CoreWeave + NVIDIA, as published)": System(
+        name="MLPerf CoreWeave Carina GB200", topology_file="gb200-nvl72.yaml",
+        assumed="inter-rack fabric topology and the job's placement in the racks not stated (gb200-nvl72.yaml's)"),
+    "Cisco hpf (8x H100 SXM per node; compute 8x BF3 ConnectX-7 400Gb/s per node on a Cisco Silicon One G200 Ethernet "
+    "fabric) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf Cisco H100", link="infiniband",
+        assumed="8x 400 Gb/s RoCE as the infiniband preset's 8x 400 Gb/s NDR (RoCE transport and the fabric's topology "
+                "not modelled)"),
+    "HPE Cray XD670 (8x H200 SXM per node, 8x InfiniBand NDR 400Gb/s adapters per node) (MLPerf Training v5.1, as "
+    "published)": System(
+        name="MLPerf HPE XD670 H200", link="infiniband",
+        assumed="NVSwitch inside the node and the preset's rail-optimised non-blocking fat tree (H200 on the H100 node's "
+                "NVLink4)"),
+    "Dell PowerEdge XE9680L (8x B200 SXM per node; network not stated) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf Dell XE9680L B200", link="dgx-b200",
+        assumed="network not stated: a DGX B200's 8x 400 Gb/s NDR compute ports (the dgx-b200 preset)"),
+    "Oracle BM.GPU.B200.8 (8x B200 SXM per node, RoCEv2 switched network) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf Oracle OCI B200", link="dgx-b200",
+        assumed="RoCEv2 port count and speed not stated: 8x 400 Gb/s as the dgx-b200 preset"),
+    "University of Florida HiPerGator (NVIDIA DGX B200 nodes, InfiniBand) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf UF HiPerGator B200", link="dgx-b200",
+        assumed="'InfiniBand' only: a DGX B200's 8x 400 Gb/s NDR compute ports and the preset's rail-optimised fabric"),
+    "Supermicro AS-8126GS-NB3RT (one node, 8x B300 SXM on NVSwitch) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf Supermicro B300", link="dgx-b200",
+        assumed="one node: the dgx-b200 preset's NVLink5 NVSwitch node with the b300 preset"),
+    "Dell PowerEdge XE9780 (one node, 8x B300 SXM) (MLPerf Training v5.1, as published)": System(
+        name="MLPerf Dell XE9780 B300", link="dgx-b200",
+        assumed="interconnect not stated: the dgx-b200 preset's NVLink5 NVSwitch node with the b300 preset"),
+    "Lambda GB300 NVL72 (one 72-GPU rack, 18 nodes x 4 GB300, 4x ConnectX-8 IB XDR 800Gb/s per node) (MLPerf "
+    "Training v5.1, as published)": System(
+        name="MLPerf Lambda GB300", topology_file="gb200-nvl72.yaml",
+        assumed="the GB200 NVL72 rack file with the gb300 preset; its 4x NDR 400 Gb/s for the published 4x XDR 800 "
+                "Gb/s (unused: the job fits one NVLink domain)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -363,6 +408,8 @@ FP8_RECIPES = {
     "TransformerEngine Float8BlockScaling": ("te-blockwise", ""),
     # Megatron's --fp8-format hybrid with amax history: TransformerEngine's DelayedScaling (FlagPerf R161, R163).
     "TransformerEngine DelayedScaling": ("te-delayed", ""),
+    # MLPerf v5.1's Llama 3.1 runs: FP8_RECIPE tensorwise, TransformerEngine's Float8CurrentScaling (R185-R192).
+    "TransformerEngine Float8CurrentScaling": ("te-current", ""),
 }
 """The row's ``fp8_recipe`` (by its start) -> ``--fp8`` and what that assumes."""
 
