@@ -192,7 +192,7 @@ class MemoryBreakdown:
 
     @property
     def total_bytes(self) -> float:
-        """Everything above."""
+        """Everything above (:data:`BREAKDOWN_SUBPARTS` are parts of it already)."""
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.comm_buffers_bytes + self.overhead_bytes)
 
@@ -210,6 +210,11 @@ class MemoryBreakdown:
     def model_state_bytes(self) -> float:
         """Weights + gradients + optimizer state (the ZeRO paper's "model states")."""
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+BREAKDOWN_SUBPARTS = ("fp8_weights_bytes", "fp8_inputs_bytes")
+""":class:`MemoryBreakdown` fields that are parts of its categories (the weights', the activations'), not
+categories of their own: a figure stacking the categories leaves them out."""
 
 
 def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,

@@ -359,10 +359,13 @@ def memory_figure(items: Sequence[tuple[str, Any]] | Mapping[str, Any], *, title
     labels = [lab for lab, _ in breakdowns]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"memory_figure: labels {labels!r} repeat; give each item its own label")
+    from dpsim.memory import BREAKDOWN_SUBPARTS  # parts of the categories (the FP8 weights, inputs), not stacked
+
     categories: list[str] = []
     for _, mem in breakdowns:
         for f in dataclasses.fields(mem):
-            if f.name.endswith("_bytes") and f.name != "capacity_bytes" and f.name not in categories:
+            if f.name.endswith("_bytes") and f.name != "capacity_bytes" and f.name not in BREAKDOWN_SUBPARTS \
+                    and f.name not in categories:
                 categories.append(f.name)
     fig = go.Figure()
     for i, cat in enumerate(categories):
