@@ -127,11 +127,15 @@ from dpsim.strategies.tensor import (
 from dpsim.strategies.zero import internlm_stages
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.fp8 import (
+    FP8_BYTES,
+    fp8_saved_input_delta_bytes,
+    fp8_saved_input_elements,
     fp8_weight_numel,
     gathered_weight_bytes,
     layers_fp8_weight_numel,
     runs_in_fp8,
     saved_fp8_weight_bytes_per_element,
+    saves_fp8_inputs,
     saves_fp8_weights,
 )
 from dpsim.workload.precision import (
@@ -179,10 +183,16 @@ class MemoryBreakdown:
     """Ranks the sharded state is divided over (1 for DDP)."""
     suggestion: str | None = None
     """What would make it fit (``None`` when it fits or no advice was asked for)."""
+    fp8_weights_bytes: float = 0.0
+    """Of :attr:`weights_bytes`, the FP8 primary weights (``--fp8-params``) with the FP8 copies the recipe
+    keeps of them for the step (the transpose on Hopper); 0 without ``--fp8-params``."""
+    fp8_inputs_bytes: float = 0.0
+    """What the FP8 linears' inputs, kept as FP8 copies (:func:`dpsim.workload.fp8.saves_fp8_inputs`), add to
+    :attr:`activations_bytes` against 16-bit ones (negative: what they save); 0 without such a recipe."""
 
     @property
     def total_bytes(self) -> float:
-        """Everything above."""
+        """Everything above (:data:`BREAKDOWN_SUBPARTS` are parts of it already)."""
         return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.comm_buffers_bytes + self.overhead_bytes)
 
@@ -200,6 +210,11 @@ class MemoryBreakdown:
     def model_state_bytes(self) -> float:
         """Weights + gradients + optimizer state (the ZeRO paper's "model states")."""
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+BREAKDOWN_SUBPARTS = ("fp8_weights_bytes", "fp8_inputs_bytes")
+""":class:`MemoryBreakdown` fields that are parts of its categories (the weights', the activations'), not
+categories of their own: a figure stacking the categories leaves them out."""
 
 
 def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
@@ -228,21 +243,34 @@ def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: b
 
 def activation_parts_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
                                 fsdp_unit: str = "block", checkpointing: CheckpointPolicy | None = None,
-                                precision: Precision | None = None) -> tuple[float, float]:
+                                precision: Precision | None = None, fp8_inputs: bool = True) -> tuple[float, float]:
     """:func:`activation_bytes_per_sample` in its two parts, in the same units: what is kept from the
     forward to the backward, and the working set of the unit being recomputed (0 without
-    checkpointing), which is live only while that unit re-runs (not at the loss's backward)."""
+    checkpointing), which is live only while that unit re-runs (not at the loss's backward).
+    Under a recipe whose FP8 linears keep their inputs as FP8 copies
+    (:func:`~dpsim.workload.fp8.saves_fp8_inputs`), each layer's full count has those copies for the
+    16-bit inputs (:func:`~dpsim.workload.fp8.fp8_saved_input_elements`; ``fp8_inputs=False``: 16-bit);
+    the ``op`` policy's kept tensors (matmul outputs) are counted as before."""
     policy = policy_of(activation_checkpointing, checkpointing)
     scale = 1.0 if precision is None else precision.activation_bytes / 2.0
+    fp8_recipe = precision.fp8 if precision is not None and fp8_inputs and saves_fp8_inputs(precision.fp8) else None
 
     def extra(layer) -> float:  # what the layer's stored dtypes add, in 2-byte units
         return 0.0 if precision is None else saved_extra_bytes(layer.saved_elements, precision) / scale
+
+    def fp8_in(layer) -> float:  # what its FP8 input copies change, in 2-byte units
+        if fp8_recipe is None:
+            return 0.0
+        # A data-parallel job's model is the framework's own modules, each linear its own TE module
+        # (fused_projections=False); a layout's are Megatron-Core's fused TE layers (stage_activation_bytes).
+        return fp8_saved_input_delta_bytes(*fp8_saved_input_elements(layer, fp8_recipe, fused_projections=False),
+                                           fp8_recipe, precision.activation_bytes) / scale
 
     def act(layer) -> float:
         if precision is not None and precision.compiled and layer.compiled_saved_elements is not None:
             # torch.compile's partitioner decides what is saved (LayerSpec.compiled_saved_elements).
             return sum(n * saved_element_bytes(c, precision) for n, c in layer.compiled_saved_elements) / scale
-        return layer.activation_bytes_per_sample + extra(layer)
+        return layer.activation_bytes_per_sample + extra(layer) + fp8_in(layer)
 
     def inp(layer) -> float:
         return layer.input_bytes_per_sample * (1.0 if precision is None
@@ -274,7 +302,8 @@ def activation_parts_per_sample(model: ModelSpec, *, activation_checkpointing: b
                 # compile + selective keep more than compile alone (Llama-3-8B FSDP2 on 8 H100:
                 # 80.1 against 57.1 GiB).
                 return max(0.0, act(layer) - core[i].core_activation_bytes_per_sample)
-            return layer_activation_bytes(core[i], 1, sequence_parallel=False, recompute="selective") + extra(layer)
+            return layer_activation_bytes(core[i], 1, sequence_parallel=False, recompute="selective") + extra(layer) \
+                + fp8_in(layer)
 
         return root + sum(kept(i) for u in ckpt for i in u.layers), 0.0
     kept = [min(f, inp(model.layers[min(u.layers)]) + sum(_op_kept(model.layers[i]) for i in u.layers))
@@ -445,6 +474,7 @@ def memory_breakdown(
     psi = model.param_count
     w, g = precision.weight_bytes, precision.grad_bytes
     k = optimizer_state_bytes_per_param(precision, optimizer)
+    fp8_weights = 0.0
     check_zero_options(strategy, zero_impl, zero_group, n_gpus=n_gpus, gpus_per_node=gpus_per_node or n_gpus)
     group = zero_shard_group(strategy, n_gpus, gpus_per_node or n_gpus, zero_group)
     no_sync_full_grads = unsharded_accumulation(strategy, grad_accum, fsdp_version, fsdp_accumulate)
@@ -466,6 +496,13 @@ def memory_breakdown(
                                                     precision=precision)
         act = kept * micro_batch * act_scale + max(working * micro_batch * act_scale,
                                                    eager_loss_transient_bytes_per_sample(model) * micro_batch)
+    fp8_inputs = 0.0
+    if saves_fp8_inputs(precision.fp8):
+        # The FP8 input copies' share: against the same count with 16-bit inputs (the fused loss's parts).
+        kept, working = activation_parts_per_sample(model, activation_checkpointing=activation_checkpointing,
+                                                    fsdp_unit=fsdp_unit, checkpointing=checkpointing,
+                                                    precision=precision, fp8_inputs=False)
+        fp8_inputs = act - (kept + working) * micro_batch * act_scale if loss_impl == "fused" else 0.0
     act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
                                   gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
     act += autocast_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
@@ -538,6 +575,19 @@ def memory_breakdown(
         else:
             weights = 0 if fsdp_mixed else shard * w
             buffers = root_gathered + 2 * largest_gathered + grad_work + staging
+        if precision.fp8_params:
+            # FP8 primary weights (TransformerEngine's under FSDP2): the shard of each FP8 linear weight is
+            # the FP8 parameter itself, one byte and its scales, beside the fp32 master in the optimizer (K);
+            # gathered in FP8 (gathered_weight_bytes). fsdp-shard-grad-op's unsharded weights likewise.
+            per = FP8_BYTES + precision.fp8.scale_bytes_per_element
+            fp8_shard = sum(-(-layers_fp8_weight_numel(model, u.layers) // group) for u in units)
+            fp8_weights = fp8_shard * per
+            if strategy == "fsdp-shard-grad-op":
+                fp8_full = layers_fp8_weight_numel(model, range(len(model.layers)))
+                fp8_weights = fp8_full * per
+                weights = (psi - fp8_full) * w + fp8_weights + (0 if precision.master_bytes else shard * w)
+            else:
+                weights += fp8_weights
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
@@ -548,6 +598,8 @@ def memory_breakdown(
         capacity_bytes=float(gpu.memory_bytes),
         strategy=strategy,
         shard_group_size=group,
+        fp8_weights_bytes=float(fp8_weights),
+        fp8_inputs_bytes=float(fp8_inputs),
     )
 
 
@@ -890,12 +942,20 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
                                            in_flight=in_flight, activations=activations, deferred_w=deferred_w,
                                            expert_numels=expert_numels)
     overhead, capacity = float(FRAMEWORK_OVERHEAD_BYTES), float(gpu.memory_bytes)
+    # The FP8 input copies' share of each stage's activations: against the same count with 16-bit inputs.
+    fp8_in = [0.0] * len(assignment)
+    if saves_fp8_inputs(precision.fp8):
+        _, plain = _stage_terms(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
+                                in_flight=in_flight, deferred_w=deferred_w, expert_numels=expert_numels,
+                                activations=stage_activation_bytes(tpm, assignment, layout, precision, fp8_inputs=False))
+        fp8_in = [-float(term[4]) for term in plain]
     out = []
-    for s, weights, grads, opt, act, buffers, numel in terms:
+    for s, weights, grads, opt, act, buffers, numel, fp8_weights in terms:
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
             activations_bytes=float(act), comm_buffers_bytes=float(buffers), overhead_bytes=overhead,
-            capacity_bytes=capacity, strategy=layout.strategy, shard_group_size=shard_group_size)
+            capacity_bytes=capacity, strategy=layout.strategy, shard_group_size=shard_group_size,
+            fp8_weights_bytes=float(fp8_weights), fp8_inputs_bytes=float(act) + fp8_in[s] if fp8_in[s] else 0.0)
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
@@ -915,7 +975,7 @@ def layout_stage_totals(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     overhead = float(FRAMEWORK_OVERHEAD_BYTES)
     worst = -math.inf
     params = []
-    for _, weights, grads, opt, act, buffers, numel in terms:
+    for _, weights, grads, opt, act, buffers, numel, _ in terms:
         total = float(weights) + float(grads) + float(opt) + float(act) + float(buffers) + overhead
         # The first of the fullest, as worst_stage (largest total, then the lowest stage).
         if total > worst:
@@ -928,7 +988,8 @@ def _stage_terms(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision,
                  in_flight: Sequence[Sequence[int]], activations=None, deferred_w: Sequence[int] | None = None,
                  expert_numels: Sequence[int] | None = None):
     """:func:`layout_stage_memory`'s count: ``(shard group size, per stage (stage, weights, gradients,
-    optimizer state, activations, buffers, parameters per GPU))``, the latter an iterator."""
+    optimizer state, activations, buffers, parameters per GPU, of the weights the FP8 primary weights'))``,
+    the latter an iterator."""
     k = optimizer_state_bytes_per_param(precision, optimizer)
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     if activations is None:
@@ -961,7 +1022,14 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
         if deferred_w is not None and deferred_w[s]:
             act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
-        act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
+        fp8_weights = 0.0
+        if precision.fp8_params:
+            # FP8 primary weights: the FP8 copies TE keeps for the step are the parameters themselves (and, on
+            # Hopper, their cached transpose), which replace the 16-bit weights of the FP8 linears.
+            fp8_numel = stage_fp8_weight_numel(tpm, assignment[s], precision)
+            fp8_weights = fp8_numel * saved_fp8_weight_bytes_per_element(precision.fp8, gpu.architecture, cached=True)
+        else:
+            act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = expert_numels[s] if expert_numels is not None else \
@@ -972,6 +1040,8 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
         weights, grads, buffers = numel * w, numel * g, 0
+        if fp8_weights:
+            weights = (numel - fp8_numel) * w + fp8_weights
         if resharded:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
             # unit being reduced holds its unsharded gradient (the data-parallel path's working set).
@@ -986,7 +1056,18 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
             largest = max(_unit_numels(tpm, assignment[s], experts_local=layout.experts_apart
                                        and expert_group == 1), default=0)
             weights, grads, buffers = shard * w, shard * g, largest * (2 * w + g)
-        yield s, weights, grads, opt, act, buffers, numel
+            if fp8_weights:
+                # FP8 primary weights: the shard's FP8 linears' part in FP8, one byte and its scales (FSDP2
+                # shards every parameter alike), each gathered unit's too
+                # (:func:`~dpsim.workload.fp8.gathered_weight_bytes`), whose copies live while it is gathered.
+                fp8_shard = -(-fp8_numel // d)
+                fp8_weights = fp8_shard * (FP8_BYTES + precision.fp8.scale_bytes_per_element)
+                weights = (shard - fp8_shard) * w + fp8_weights
+                gathered = max((gathered_weight_bytes(n, f, w, precision.fp8) for n, f in
+                                _unit_numels(tpm, assignment[s], experts_local=layout.experts_apart
+                                             and expert_group == 1, fp8_precision=precision)), default=0.0)
+                buffers = 2 * gathered + largest * g
+        yield s, weights, grads, opt, act, buffers, numel, fp8_weights
 
 
 def stage_expert_numels(tpm, assignment) -> tuple[int, ...]:
@@ -1008,27 +1089,40 @@ def layout_fp8_weight_bytes(tpm, chunks, precision: Precision, architecture: str
     :func:`fp8_saved_weight_bytes` counts the uncached case). torchao recipes keep no copy."""
     if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
         return 0.0
-    # A rank's share of a layer's FP8 weights: the layer's FP8 elements split as its parameters are
-    # (tensor, expert parallelism), at most all of the rank's parameters.
-    numel = 0
-    for layers in chunks:
-        for i in layers:
-            layer = tpm.layers[i]
-            full = tpm.spec.layers[i].param_count
-            fp8 = fp8_weight_numel(tpm.spec.layers[i], precision.fp8)
-            numel += min(layer.numel_per_rank, round(fp8 * layer.numel_per_rank / full)) if full else 0
+    numel = stage_fp8_weight_numel(tpm, chunks, precision)
     return float(numel * saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=True))
 
 
-def _unit_numels(tpm, chunks, *, experts_local: bool = False) -> list[int]:
+def _layer_fp8_numel(tpm, i: int, precision: Precision) -> int:
+    """A rank's share of layer ``i``'s FP8 weights: the layer's FP8 elements split as its parameters are
+    (tensor, expert parallelism), at most all of the rank's parameters."""
+    layer = tpm.layers[i]
+    full = tpm.spec.layers[i].param_count
+    fp8 = fp8_weight_numel(tpm.spec.layers[i], precision.fp8)
+    return min(layer.numel_per_rank, round(fp8 * layer.numel_per_rank / full)) if full else 0
+
+
+def stage_fp8_weight_numel(tpm, chunks, precision: Precision) -> int:
+    """The FP8 linears' weight elements one GPU of a layout's stage holds (``chunks``: its layers' indices
+    per model chunk; :func:`_layer_fp8_numel` each)."""
+    return sum(_layer_fp8_numel(tpm, i, precision) for layers in chunks for i in layers)
+
+
+def _unit_numels(tpm, chunks, *, experts_local: bool = False, fp8_precision: Precision | None = None) -> list:
     """Parameters per GPU each FSDP unit of a stage gathers: a block, or a layer outside the blocks; the
-    routed experts left out when ``experts_local`` (their shard group is one rank: whole on each, never gathered)."""
+    routed experts left out when ``experts_local`` (their shard group is one rank: whole on each, never gathered).
+    With ``fp8_precision``, ``(parameters, of them the FP8 linears' weights)`` per unit (:func:`_layer_fp8_numel`)."""
     units: dict[object, int] = {}
+    fp8: dict[object, int] = {}
     for layers in chunks:
         for i in layers:
             layer = tpm.layers[i]
             key = layer.unit if layer.unit is not None else ("layer", i)
             units[key] = units.get(key, 0) + layer.numel_per_rank - (layer.expert_numel_per_rank if experts_local else 0)
+            if fp8_precision is not None:
+                fp8[key] = fp8.get(key, 0) + _layer_fp8_numel(tpm, i, fp8_precision)
+    if fp8_precision is not None:
+        return [(n, fp8[k]) for k, n in units.items()]
     return list(units.values())
 
 
@@ -1064,7 +1158,8 @@ def deferred_weight_grad_bytes(tpm, chunks, layout) -> float:
 
 
 def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None = None, *,
-                           per_layer: dict | None = None) -> tuple[tuple[tuple[float, ...], float, int], ...]:
+                           per_layer: dict | None = None,
+                           fp8_inputs: bool = True) -> tuple[tuple[tuple[float, ...], float, int], ...]:
     """Per stage of :func:`layout_stage_memory`: the bytes one sample of one micro-batch keeps for
     backward in each model chunk, the working bytes of the block being recomputed (per
     sample), both before the precision's scale, and the parameters it holds per GPU (the
@@ -1074,11 +1169,30 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
     count at the dtypes they are stored in (:func:`activation_bytes_per_sample`), still in the
     units of that scale. ``per_layer``: a dict the caller keeps for one ``tpm``, tensor-parallel size,
     sequence parallelism and ``precision`` (a search calls this for many stage splits of the same
-    shard), memoising each layer's activations across calls."""
+    shard), memoising each layer's activations across calls. Under a recipe whose FP8 linears keep their
+    inputs as FP8 copies (:func:`~dpsim.workload.fp8.saves_fp8_inputs`), each layer that keeps its
+    activations (no recomputation, ``selective``, and the block ``full`` re-runs) counts those copies
+    for the 16-bit inputs (:func:`~dpsim.workload.fp8.fp8_saved_input_elements`); ``fp8_inputs=False``
+    counts them 16-bit (what the breakdown's :attr:`MemoryBreakdown.fp8_inputs_bytes` is measured
+    against). The op-level policies (``op``, ``megatron``, ``moe``, ``deepseek``) count what they keep
+    as before (``deepseek`` already caches its linears' inputs in FP8)."""
     t = layout.tp
     sp = layout.sequence_parallel
     scale = 1.0 if precision is None else precision.activation_bytes / 2.0
     memo = {} if per_layer is None else per_layer
+    fp8_recipe = precision.fp8 if precision is not None and fp8_inputs and saves_fp8_inputs(precision.fp8) else None
+
+    def fp8_in(i: int) -> float:  # what the layer's FP8 input copies change, in 2-byte units
+        if fp8_recipe is None:
+            return 0.0
+        key = ("fp8 inputs", i)
+        hit = memo.get(key)
+        if hit is None:
+            replaced, added = fp8_saved_input_elements(tpm.spec.layers[i], fp8_recipe, full_layer=tpm.model.layers[i],
+                                                       tp=t, sequence_parallel=sp)
+            hit = memo[key] = fp8_saved_input_delta_bytes(replaced, added, fp8_recipe,
+                                                          precision.activation_bytes) / scale
+        return hit
 
     def lab(layer, recompute: str) -> float:  # the layer's activations on a rank, in 2-byte units
         key = (layer.index, recompute)
@@ -1109,7 +1223,7 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
             # A chunk's bytes depend on its layers and the policy alone: other stage splits of the same shard
             # (another pp x chunks of the same virtual stages) reuse them. Its working bytes are its own
             # maximum, joined to the stage's (a maximum: the order does not matter).
-            chunk_key = (tuple(layers), layout.recompute, layout.recompute_every, layout.offload)
+            chunk_key = (tuple(layers), layout.recompute, layout.recompute_every, layout.offload, fp8_recipe is None)
             known = memo.get(chunk_key) if per_layer is not None else None
             if known is not None:
                 per_chunk.append(known[0])
@@ -1158,7 +1272,7 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                     kept[1] += (every if saved is None else saved) + (block_in(layer) if keeps_input else 0.0)
                     kept[2] += offloaded
                 else:
-                    every = lab(layer, layout.recompute)
+                    every = lab(layer, layout.recompute) + fp8_in(i)
                     per_mb += every - min(every, offloaded)
                     working = max(working, min(every, offloaded))
             for every, kept, offloaded in op_units.values():
@@ -1171,7 +1285,7 @@ def stage_activation_bytes(tpm, assignment, layout, precision: Precision | None 
                 for i in layers:
                     layer = tpm.layers[i]
                     if layer.unit in ckpt:
-                        blocks[layer.unit] = blocks.get(layer.unit, 0.0) + lab(layer, "off")
+                        blocks[layer.unit] = blocks.get(layer.unit, 0.0) + lab(layer, "off") + fp8_in(i)
                 working = max([working, *blocks.values()])
             if per_layer is not None:
                 memo[chunk_key] = (per_mb, working)

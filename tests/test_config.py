@@ -246,7 +246,7 @@ def test_to_dict_is_the_plain_settings():
     config = PredictConfig(clip_grad_norm=True, zero_grad="zero-loop", strategy="fsdp", fsdp_version="2",
                            fsdp_accumulate="sharded", recompute="full", recompute_every=2,
                            calibration="node.json", op_rates=True, fp8="te-delayed", compile=True,
-                           attention_kernel="cudnn", activations="megatron", loss_impl="eager")
+                           attention_kernel="cudnn", activations="megatron", loss_impl="eager", fp8_params=True)
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap",
                       "moe_node_limit", "mtp_depth")
@@ -260,7 +260,7 @@ def test_to_dict_is_the_plain_settings():
                            calibration="node.json", op_rates=True)
     assert config.to_dict() == {k: v for k, v in config.settings().items()
                                 if k not in ("fsdp_version", "fsdp_accumulate", "fp8", "compile", "attention_kernel",
-                                             "activations", "loss_impl") + expert_options
+                                             "activations", "loss_impl", "fp8_params") + expert_options
                                 + zero_options + cluster_options}
     assert PredictConfig(**config.to_dict()) == config
     config = PredictConfig(gpus=64, gpu="a100", power_cap_w=350.0)

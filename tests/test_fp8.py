@@ -164,7 +164,16 @@ def test_memory_per_recipe_is_a_hand_count(recipe, checkpointing):
     assert base.comm_buffers_bytes - mem.comm_buffers_bytes == (3 * block_fp8 if gathered_in_fp8 else 0)
     saves_weights = recipe.startswith("te-")
     kept = (block_fp8 if checkpointing else 32 * block_fp8) if saves_weights else 0
-    assert mem.activations_bytes - base.activations_bytes == kept
+    # TransformerEngine also keeps each te.Linear's input as its FP8 copy (one byte) for the 16-bit one
+    # (two): per block and sample (s = h = 4096, 11008 wide MLP), the normed input once 16-bit and three
+    # times FP8 (q, k, v are three modules), the attention output 16-bit (the fused kernel's) and FP8 (o),
+    # the second normed input once 16-bit and twice FP8 (gate, up), the down projection's input FP8 only:
+    # 2sh - s*inter bytes, per sample of the micro-batch of 2; under full checkpointing only while the
+    # block re-runs.
+    s, h, inter = 4096, 4096, 11008
+    inputs = (2 * s * h - s * inter) * 2 * (1 if checkpointing else 32) if saves_weights else 0
+    assert mem.fp8_inputs_bytes == inputs
+    assert mem.activations_bytes - base.activations_bytes == kept + inputs
 
 
 def test_golden_llama_2_7b_fsdp2_float8_on_8_h100():
@@ -235,7 +244,9 @@ def test_layout_stages_hold_transformer_engines_cached_fp8_weights(recompute):
     for recipe, kept in (("te-delayed", 2 * 16 * block_fp8 // 2), ("torchao-tensorwise", 0)):
         fp8 = predict(PredictConfig(**config, fp8=recipe)).layout.stages
         for a, b in zip(fp8, bf16):
-            assert a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes == kept
+            inputs = a.memory.breakdown.fp8_inputs_bytes  # the FP8 input copies (test_fp8_params.py)
+            assert (inputs < 0) == (recipe == "te-delayed")  # full: the block re-run keeps them too
+            assert a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes == kept + inputs
 
 
 def test_a_traced_output_projection_stays_16_bit():
@@ -301,7 +312,8 @@ def test_cached_fp8_weights_keep_the_transpose_where_the_gemms_take_only_tn(gpu,
     fp8 = predict(PredictConfig(**config, fp8=recipe)).layout.stages
     block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
     for a, b in zip(fp8, bf16):
-        kept = a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes
+        kept = a.memory.breakdown.activations_bytes - b.memory.breakdown.activations_bytes \
+            - a.memory.breakdown.fp8_inputs_bytes  # less the FP8 input copies (test_fp8_params.py)
         assert kept == pytest.approx(per_element * 16 * block_fp8 / 2)
 
 
@@ -313,15 +325,17 @@ def test_uncached_te_weights_keep_the_saved_transpose_only():
     block_fp8 = 4 * 4096 * 4096 + 3 * 4096 * 11008
     config = dict(gpus=8, link="infiniband", model="llama-2-7b", micro_batch=1, strategy="fsdp",
                   precision="bf16-params", steps=1)
+    # Each difference less the FP8 input copies, counted apart (MemoryBreakdown.fp8_inputs_bytes).
     base = predict(PredictConfig(**config)).memory.activations_bytes
-    te = predict(PredictConfig(**config, fp8="te-delayed")).memory.activations_bytes
-    assert te - base == 32 * block_fp8
+    te = predict(PredictConfig(**config, fp8="te-delayed")).memory
+    assert te.activations_bytes - te.fp8_inputs_bytes - base == 32 * block_fp8
     b200 = dict(config, gpu="b200")
     base = predict(PredictConfig(**b200)).memory.activations_bytes
-    mx = predict(PredictConfig(**b200, fp8="mxfp8")).memory.activations_bytes
-    assert mx - base == pytest.approx(32 * block_fp8 * 2 * (1 + 1 / 32))
+    mx = predict(PredictConfig(**b200, fp8="mxfp8")).memory
+    assert mx.activations_bytes - mx.fp8_inputs_bytes - base == pytest.approx(32 * block_fp8 * 2 * (1 + 1 / 32))
     base2 = predict(PredictConfig(**b200, fsdp_version="2")).memory.activations_bytes
-    assert predict(PredictConfig(**b200, fsdp_version="2", fp8="mxfp8")).memory.activations_bytes == base2
+    mx2 = predict(PredictConfig(**b200, fsdp_version="2", fp8="mxfp8")).memory
+    assert mx2.activations_bytes - mx2.fp8_inputs_bytes == pytest.approx(base2)
 
 
 def test_blockwise_writes_both_layouts_with_an_fp32_scale_per_128():

@@ -743,6 +743,10 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["fp8"], note = _lookup(FP8_RECIPES, row["fp8_recipe"], "fp8_recipe")
         if note:
             assumed.append(note)
+        # FP8 primary weights (--fp8-params) where the row's notes cite its config turning them on (NeMo's
+        # FP8_PARAMS, Megatron-LM's --fp8-param-gather: TransformerEngine fp8_model_init).
+        if "FP8 primary weights as --fp8-params:" in row["notes"]:
+            kw["fp8_params"] = True
         # FSDP2 alone (--fsdp-version 2) or a layout's fsdp replicas (torchtitan's FSDP2) gather in float8.
         if kw["fp8"] == "torchao-tensorwise" and not row["data_parallel"].startswith("fsdp2"):
             assumed.append("float8 all-gather not modelled without FSDP2: weights gathered in bf16")

@@ -15,7 +15,7 @@ from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "mtp_depth", "flash_attention",
                "attention_kernel", "activations",
-               "precision", "fp8", "compile",
+               "precision", "fp8", "fp8_params", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
                "calibration", "moe_a2a_overlap", "cp_balance", "moe_a2a", "moe_capacity_factor", "moe_node_limit",

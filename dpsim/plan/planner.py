@@ -180,7 +180,8 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import (caches_fp8_weights, fp8_all_gather, gathered_weight_bytes, get_fp8_recipe,
+from dpsim.workload.fp8 import (caches_fp8_weights, fp8_all_gather, gathered_weight_bytes, gathers_fp8_weights,
+                               get_fp8_recipe,
                                layers_fp8_weight_numel)
 from dpsim.workload.precision import check_precision_on_gpu, get_precision
 from dpsim.workload.routing import parse_routing
@@ -745,13 +746,15 @@ class Planner:
         self.moe_node_limit = base.parallelism.moe_node_limit if moe_node_limit is None else moe_node_limit
         self.model: ModelSpec = load_model(base)
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
-                                       fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile)
+                                       fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile,
+                                       fp8_params=base.execution.fp8_params)
         # A tensor/pipeline candidate's fsdp runs as torchtitan's FSDP2 (float8 all-gather included),
         # as ``predict`` costs it (:func:`dpsim.workload.fp8.fp8_all_gather`).
         self.layout_precision = get_precision(base.execution.precision, base.execution.fp8,
                                               strategy=base.parallelism.strategy,
                                               fsdp_version=base.parallelism.fsdp_version,
-                                              compile=base.execution.compile, layout=True)
+                                              compile=base.execution.compile, layout=True,
+                                              fp8_params=base.execution.fp8_params)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}
@@ -1670,7 +1673,9 @@ class Planner:
             recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy,
                                     fsdp_version=self.base.parallelism.fsdp_version, layout=layout) \
                 if fp8 is not None else None
-            self._steady[key] = recipe if recipe is not None and recipe.fsdp_float8_all_gather else None
+            if recipe is not None and self.base.execution.fp8_params:
+                recipe = dataclasses.replace(recipe, fp8_params=True)  # FP8 primary weights: gathered in FP8 too
+            self._steady[key] = recipe if gathers_fp8_weights(recipe) else None
         return self._steady[key]
 
     def _gather_bytes(self, numel: float, fp8_numel: float, recipe) -> float:

@@ -511,6 +511,13 @@ class ExecutionConfig:
     their casts (te-delayed, te-current: TransformerEngine; torchao-tensorwise, torchao-rowwise: torchao
     float8, tensorwise gathering float8 weights under --fsdp-version 2; mxfp8: TransformerEngine MXFP8,
     Blackwell only; te-blockwise: DeepSeek-V3's 1x128 / 128x128 block scaling, TE Float8BlockScaling, Hopper; deepseek-blockwise: the same as DeepSeek's HAI-LLM keeps its weights, one row-wise FP8 copy). Attention, embedding and LM head stay 16-bit. Left out: no FP8."""
+    fp8_params: bool = False
+    """FP8 primary weights (TransformerEngine fp8_model_init: Megatron-LM --fp8-param-gather, NeMo fp8_params),
+    with a te-* or mxfp8 --fp8 and an fp32 master copy (bf16-params, bf16-fp32-grads, fp16-params): the FP8
+    linears' weights are held in FP8 with no 16-bit copy, the master copy and optimizer state stay in the
+    sharded optimizer, and the distributed optimizer's or FSDP's parameter all-gather moves FP8. Runs with
+    zero1 (the distributed optimizer) or fsdp in a --tp/--pp/--cp layout, or fsdp --fsdp-version 2. Sets
+    weight memory and all-gather sizes. Left out: weights in the precision's dtype."""
     compile: bool = False
     """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between
     two GEMM/attention ops (norms, activations, rotary, residual adds, casts, FP8 amax) is one fused kernel
@@ -637,7 +644,7 @@ SETTINGS: tuple[str, ...] = (
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
     "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations", "power_cap_w",
-    "loss_impl", "rack_placement")
+    "loss_impl", "rack_placement", "fp8_params")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -1313,7 +1320,7 @@ assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of th
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
                   "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit",
-                  "activations", "power_cap_w", "loss_impl", "rack_placement")
+                  "activations", "power_cap_w", "loss_impl", "rack_placement", "fp8_params")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
 

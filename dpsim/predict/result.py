@@ -163,6 +163,7 @@ class Prediction:
                 "capacity_bytes": mem.capacity_bytes,
                 "fits": mem.fits,
                 "usable_bytes": mem.usable_bytes,
+                **fp8_memory_parts(mem),
                 "strategy": mem.strategy,
                 "shard_group_size": mem.shard_group_size,
                 "suggestion": mem.suggestion,
@@ -216,5 +217,17 @@ class MemoryReport:
             "comm_buffers_bytes": mem.comm_buffers_bytes, "overhead_bytes": mem.overhead_bytes,
             "total_bytes": mem.total_bytes, "capacity_bytes": mem.capacity_bytes,
             "usable_bytes": mem.usable_bytes, "fits": mem.fits, "suggestion": mem.suggestion,
+            **fp8_memory_parts(mem),
             "advice": self.advice.to_dict(),
         }
+
+
+def fp8_memory_parts(mem) -> dict:
+    """The FP8 parts of a memory breakdown, named only where there are any: the FP8 primary weights
+    (``--fp8-params``) in the weights, and what the FP8 input copies change the activations by."""
+    out = {}
+    if mem.fp8_weights_bytes:
+        out["fp8_weights_bytes"] = mem.fp8_weights_bytes
+    if mem.fp8_inputs_bytes:
+        out["fp8_inputs_bytes"] = mem.fp8_inputs_bytes
+    return out

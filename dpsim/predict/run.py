@@ -75,7 +75,7 @@ from dpsim.workload.compute import ComputeProfile, compute_profile
 from dpsim.workload.from_torch import load_torch_workload
 from dpsim.workload.layers import with_activation_count, with_attention_kernel
 from dpsim.workload.model_ref import is_torch_model_ref
-from dpsim.workload.precision import Precision, check_precision_on_gpu, get_precision
+from dpsim.workload.precision import Precision, check_fp8_params_strategy, check_precision_on_gpu, get_precision
 from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.spec import ModelSpec
 
@@ -314,7 +314,10 @@ def checked_precision(config: PredictConfig, model: ModelSpec, gpu) -> Precision
     check_all_to_all_options(model, config.parallelism)
     precision = get_precision(config.execution.precision, config.execution.fp8, strategy=config.parallelism.strategy,
                               fsdp_version=config.parallelism.fsdp_version, compile=config.execution.compile,
-                              layout=config.parallelism.layout_active)
+                              layout=config.parallelism.layout_active, fp8_params=config.execution.fp8_params)
+    if config.execution.fp8_params:
+        check_fp8_params_strategy(config.parallelism.strategy, fsdp_version=config.parallelism.fsdp_version,
+                                  layout=config.parallelism.layout_active)
     if gpu.peak_flops_per_s:
         check_precision_on_gpu(precision, gpu)
         check_attention_kernel_on_gpu(config.execution.attention_kernel, gpu)

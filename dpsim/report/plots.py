@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from dpsim.errors import ConfigError
+from dpsim.memory import BREAKDOWN_SUBPARTS
 from dpsim.plan.cost import format_count
 from dpsim.report.figure_base import (
     _GB,
@@ -359,10 +360,11 @@ def memory_figure(items: Sequence[tuple[str, Any]] | Mapping[str, Any], *, title
     labels = [lab for lab, _ in breakdowns]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"memory_figure: labels {labels!r} repeat; give each item its own label")
-    categories: list[str] = []
+    categories: list[str] = []  # the breakdown's own categories, not their parts (BREAKDOWN_SUBPARTS)
     for _, mem in breakdowns:
         for f in dataclasses.fields(mem):
-            if f.name.endswith("_bytes") and f.name != "capacity_bytes" and f.name not in categories:
+            if f.name.endswith("_bytes") and f.name != "capacity_bytes" and f.name not in BREAKDOWN_SUBPARTS \
+                    and f.name not in categories:
                 categories.append(f.name)
     fig = go.Figure()
     for i, cat in enumerate(categories):

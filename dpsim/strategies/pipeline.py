@@ -1068,10 +1068,12 @@ class DataParallelPlan:
     expert group of one rank (:attr:`edp` 1: ep x etp = tp x dp x cp) they are whole on every rank: nothing is
     gathered or reduce-scattered, only HSDP's replica all-reduce runs."""
     fp8_all_gather: bool = False
-    """FSDP2 gathers the FP8 linears' weights in one byte (torchao ``enable_fsdp_float8_all_gather``, which
-    torchtitan turns on whenever the data-parallel dimension is sharded, tensor parallel or not:
-    pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py ``parallel_dims.dp_shard_enabled and
-    float8_config.enable_fsdp_float8_all_gather``); their :attr:`LayerWork.fp8_numel`."""
+    """Parameter all-gathers move the FP8 linears' weights in one byte: FSDP2's (torchao
+    ``enable_fsdp_float8_all_gather``, which torchtitan turns on whenever the data-parallel dimension is
+    sharded, tensor parallel or not: pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py
+    ``parallel_dims.dp_shard_enabled and float8_config.enable_fsdp_float8_all_gather``), or any strategy's
+    under FP8 primary weights (``--fp8-params``: the distributed optimizer's gather of the updated
+    parameters too, Megatron-Core's ``fp8_param_gather``); their :attr:`LayerWork.fp8_numel`."""
 
     backward_gather_numel: tuple[float, ...] = ()
     """Per model layer (by index), the elements its backward all-gathers where parameters are
@@ -1325,7 +1327,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                         _, numel, members = buckets[x]
                         fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) \
                             if numel_of is not _expert_numel else 0
-                        size = dp.gather_bytes(numel, fp8) if fsdp else numel * dp.weight_bytes
+                        size = dp.gather_bytes(numel, fp8)
                         op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", size,
                                       "allgather", group, (s,))
                         gathers.append((first_use[c], min(members), n_set, op))
@@ -1538,7 +1540,9 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                                waits=tuple(casts)))
         elif groups and dp.strategy == "zero1" and not overlap and not dp.internlm:
             ags = [new_comm(f"all-gather updated parameters {label0}chunk {c}", "all_gather",
-                            sum(numel_of(w) for w in chunks[s][c].layers) * dp.weight_bytes, "allgather", group, (s,))
+                            dp.gather_bytes(sum(numel_of(w) for w in chunks[s][c].layers),
+                                            0 if numel_of is _expert_numel else
+                                            sum(w.fp8_numel for w in chunks[s][c].layers)), "allgather", group, (s,))
                    for group, _, numel_of, label0 in groups for c in range(v)]
             ops[-1] = StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits,
                               launches=tuple(ags))

@@ -86,7 +86,7 @@ from dataclasses import replace
 
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.workload.spec import LayerSpec, MatmulOp, OpSpec
+from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, OpSpec
 
 FP8_RATE_KEY = "float8"
 """Rate key (:data:`dpsim.hardware.MATMUL_DTYPES`) of an FP8 GEMM."""
@@ -146,6 +146,12 @@ class Fp8Recipe:
     0: the TransformerEngine count (:func:`saved_fp8_weight_bytes_per_element`)."""
     weight_scale_bytes_per_element: float | None = None
     """Scale bytes per weight element of those copies; ``None``: :attr:`scale_bytes_per_element`."""
+    fp8_params: bool = False
+    """The FP8 linears' weights *are* FP8 parameters (``--fp8-params``: TransformerEngine's
+    ``fp8_model_init``, which Megatron-LM's ``--fp8-param-gather`` and NeMo's ``fp8_params`` turn on): no
+    16-bit copy of them exists, the fp32 master copy lives in the (sharded) optimizer, and wherever
+    parameters are all-gathered (FSDP, the distributed optimizer's gather of the updated parameters) they
+    move in FP8 (:func:`gathers_fp8_weights`). Set by :func:`dpsim.workload.precision.get_precision`."""
     description: str
     """One line: the framework setting."""
 
@@ -344,6 +350,82 @@ def saves_fp8_weights(recipe: Fp8Recipe) -> bool:
     return recipe.framework in ("transformer-engine", "hai-llm")
 
 
+def saves_fp8_inputs(recipe: Fp8Recipe | None) -> bool:
+    """Whether ``recipe``'s FP8 linears keep their *input* for the weight-gradient GEMM as the FP8 copy
+    they cast, not the 16-bit tensor. TransformerEngine's do, whatever the weights' storage: ``te.Linear``
+    keeps the quantized input and drops its row-wise data ("Discard row-wise data since it is not needed in
+    backward pass": ``inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)``, then
+    ``saved_inputmat = inputmat``), ``LayerNormLinear`` and ``LayerNormMLP`` save the quantized norm output
+    ``ln_out`` and, for fc2, ``act_out = fc2_input_quantizer(act_out)`` beside the 16-bit norm input
+    ``inputmat``, fc1's output (the activation's input) and the fp32 ``mu``/``rsigma``
+    (NVIDIA/TransformerEngine@d0067d0da6cb transformer_engine/pytorch/module/linear.py, layernorm_mlp.py,
+    ``prepare_for_saving``); DeepSeek-V3's HAI-LLM too ("it is a natural choice to cache activations in FP8
+    format for the backward pass of the Linear operator", arXiv:2412.19437 Sec. 3.3.3). torchao saves the
+    high-precision input (``ctx.save_for_backward(input_hp, weight_hp_t)``)."""
+    return recipe is not None and recipe.framework in ("transformer-engine", "hai-llm")
+
+
+def fp8_saved_input_elements(layer: LayerSpec, recipe: Fp8Recipe | None, *, full_layer: LayerSpec | None = None,
+                             tp: int = 1, sequence_parallel: bool = False,
+                             fused_projections: bool = True) -> tuple[float, float]:
+    """``(replaced, added)``: elements per sample of the inputs ``layer``'s FP8 linears keep as FP8 copies
+    (:func:`saves_fp8_inputs`; ``(0, 0)`` otherwise). ``replaced``: inputs no other op keeps, whose 16-bit
+    saved tensor the FP8 copy replaces (a norm's output, the activation's output fc2 reads). ``added``: the
+    output of a fused attention kernel, which the kernel keeps in 16 bits for its own backward
+    (FlashAttention's backward reads ``O``: Dao 2023, arXiv:2307.08691, Algorithm 2, ``D_i = rowsum(dO_i * O_i)``;
+    TransformerEngine's ``FusedAttnFunc`` saves ``out``), so the output projection's FP8 copy comes on top
+    (attention stays 16-bit without TE's separate ``fp8_dpa``). Linears that read one tensor (a layer's
+    consecutive FP8 linears with the same rows and reduction, as :func:`shares_compiled_input_cast`
+    recognises them) keep one copy where they are one module (``fused_projections``): Megatron-Core's TE layers
+    fuse q/k/v into one ``LayerNormLinear`` (``linear_qkv``) and the gate and up projections into one fc1.
+    Otherwise (a Hugging Face model whose ``nn.Linear`` modules are swapped for ``te.Linear`` ones, as
+    llm-foundry's ``amp_fp8`` does) each module casts and keeps its own copy: the first replaces the shared
+    16-bit input, the others are added. What stays 16-bit is not counted here: the norms' inputs (the
+    residual stream), the attention core's q, k, v, output and fp32 softmax statistics, the activation's input.
+
+    ``layer`` may be a tensor-parallel rank's shard (:attr:`dpsim.strategies.tensor.TpModel.spec`) with
+    ``full_layer`` the unsharded layer: a column-parallel linear (its reduction ``k`` unsplit) reads the whole
+    sequence, of which TE keeps only the rank's sequence-parallel shard (``ln_out`` before its all-gather,
+    gathered again in backward): ``/ tp`` under ``sequence_parallel``."""
+    if not saves_fp8_inputs(recipe):
+        return 0.0, 0.0
+    full_k = {op.name: op.k for op in full_layer.ops if isinstance(op, MatmulOp)} if full_layer is not None else {}
+    replaced = added = 0.0
+    previous: MatmulOp | None = None
+    after_fused_attention = False
+    for op in layer.ops:
+        if isinstance(op, AttentionOp):
+            after_fused_attention, previous = op.fused, None
+            continue
+        if not (isinstance(op, MatmulOp) and runs_in_fp8(op, recipe)):
+            previous = None
+            continue
+        shared = previous is not None and (previous.m, previous.k, previous.batch) == (op.m, op.k, op.batch)
+        previous = op
+        if shared and fused_projections:
+            continue
+        n = float(op.m) * op.k * op.batch
+        if sequence_parallel and tp > 1 and full_k.get(op.name) == op.k:
+            n /= tp
+        if after_fused_attention or shared:
+            added += n
+        else:
+            replaced += n
+        after_fused_attention = False
+    return replaced, added
+
+
+def fp8_saved_input_delta_bytes(replaced: float, added: float, recipe: Fp8Recipe | None,
+                                activation_bytes: float) -> float:
+    """Bytes :func:`fp8_saved_input_elements`' ``(replaced, added)`` change a layer's saved activations by
+    (negative: fewer): each FP8 copy one byte plus the recipe's scales, each replaced tensor's
+    ``activation_bytes`` gone."""
+    if recipe is None or not (replaced or added):
+        return 0.0
+    per = FP8_BYTES + recipe.scale_bytes_per_element
+    return added * per - replaced * (activation_bytes - per)
+
+
 def cast_passes(recipe: Fp8Recipe, *, weight_cast_in_forward: bool) -> tuple[tuple[str, int], ...]:
     """(operand, casts) of one linear per micro-batch, forward then backward: ``x`` the input,
     ``w`` the weight, ``dy`` the output gradient (module docstring)."""
@@ -364,10 +446,19 @@ def fp8_copies(recipe: Fp8Recipe, architecture: str) -> int:
 
 
 
+def gathers_fp8_weights(recipe: Fp8Recipe | None) -> bool:
+    """Whether parameter all-gathers move the FP8 linears' weights in one byte: FSDP2's float8 all-gather
+    (torchao, :attr:`Fp8Recipe.fsdp_float8_all_gather`) or FP8 primary weights (:attr:`Fp8Recipe.fp8_params`:
+    the parameter itself is FP8, so Megatron-Core's distributed optimizer gathers its FP8 bytes,
+    ``DistributedDataParallelConfig.fp8_param_gather``)."""
+    return recipe is not None and (recipe.fsdp_float8_all_gather or recipe.fp8_params)
+
+
 def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: float, recipe: Fp8Recipe | None) -> float:
     """Bytes of one unit's all-gather (and of its gathered parameters): FP8 for the linears'
-    weights under the float8 all-gather, the parameter dtype for the rest."""
-    if recipe is None or not recipe.fsdp_float8_all_gather:
+    weights under the float8 all-gather or FP8 primary weights (:func:`gathers_fp8_weights`), the
+    parameter dtype for the rest."""
+    if not gathers_fp8_weights(recipe):
         return full_numel * weight_bytes
     fp8 = min(fp8_numel, full_numel)
     return fp8 * FP8_BYTES + (full_numel - fp8) * weight_bytes

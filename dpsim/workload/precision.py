@@ -126,6 +126,11 @@ class Precision:
     """One line for humans: the framework setting it models."""
 
     @property
+    def fp8_params(self) -> bool:
+        """The FP8 linears' weights are FP8 parameters (``--fp8-params``, :attr:`Fp8Recipe.fp8_params`)."""
+        return self.fp8 is not None and self.fp8.fp8_params
+
+    @property
     def residual_bytes(self) -> int:
         """Bytes per element of the residual stream (:attr:`stream_bytes`, else :attr:`weight_bytes`)."""
         return self.stream_bytes or self.weight_bytes
@@ -251,12 +256,13 @@ def check_precision_on_gpu(precision: Precision, gpu) -> None:
 
 
 def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", fsdp_version: str = "1",
-                  compile: bool = False, layout: bool = False) -> Precision:
+                  compile: bool = False, layout: bool = False, fp8_params: bool = False) -> Precision:
     """Look a precision up by name or old alias (:data:`PRECISION_ALIASES`), with the FP8
     recipe ``fp8`` (``--fp8``) on top of it as it runs under ``strategy`` (FSDP2 gathers
     float8 weights: :func:`dpsim.workload.fp8.fp8_all_gather`), compiled by ``torch.compile``
     when ``compile`` (``--compile``); ``layout``: ``strategy`` runs over the replicas of a
-    tensor/pipeline layout (its ``fsdp`` is torchtitan's FSDP2)."""
+    tensor/pipeline layout (its ``fsdp`` is torchtitan's FSDP2); ``fp8_params`` (``--fp8-params``):
+    the recipe's linears keep FP8 primary weights (:attr:`~dpsim.workload.fp8.Fp8Recipe.fp8_params`)."""
     try:
         precision = PRECISIONS[PRECISION_ALIASES.get(name, name)]
     except (KeyError, TypeError):
@@ -265,6 +271,8 @@ def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", f
         ) from None
     if compile:
         precision = replace(precision, compiled=True)
+    if fp8_params:
+        check_fp8_params(precision, fp8)
     if fp8 is None:
         return precision
     if precision.matmul_dtype not in ("bfloat16", "float16"):
@@ -272,7 +280,42 @@ def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", f
                           f"--precision {precision.name} computes in {precision.matmul_dtype}: use amp-bf16 "
                           "or bf16-params")
     recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy, fsdp_version=fsdp_version, layout=layout)
+    if fp8_params:
+        recipe = replace(recipe, fp8_params=True)
     return replace(precision, fp8=recipe)
+
+
+FP8_PARAMS_STRATEGIES = "a distributed optimizer (--strategy zero1 with --tp/--pp/--cp) or FSDP2 (--strategy fsdp " \
+                        "--fsdp-version 2, or fsdp/fsdp-hybrid with --tp/--pp/--cp)"
+"""Where ``--fp8-params`` runs: Megatron-LM refuses ``--fp8-param-gather`` elsewhere ("--fp8-param-gather only
+supported with distributed optimizer or torch fsdp2", NVIDIA/Megatron-LM megatron/training/arguments.py): the
+FP8 parameters are updated by re-quantizing the optimizer's fp32 master shards."""
+
+
+def check_fp8_params(precision: Precision, fp8: str | None) -> None:
+    """Refuse ``--fp8-params`` without what it needs: an FP8 recipe that keeps FP8 primary weights
+    (TransformerEngine's ``fp8_model_init``; torchao's float8 training keeps high-precision parameters) and a
+    precision whose optimizer keeps an fp32 master copy (the 16-bit weights it replaces are that master's cast)."""
+    if fp8 is None:
+        raise ConfigError("--fp8-params: keeps the FP8 linears' weights in FP8 and needs an FP8 recipe; give --fp8 "
+                          "te-delayed, te-current, te-blockwise or mxfp8, or leave --fp8-params out")
+    recipe = get_fp8_recipe(fp8)
+    if recipe.framework != "transformer-engine":
+        raise ConfigError(f"--fp8-params: FP8 primary weights are TransformerEngine's (fp8_model_init); --fp8 "
+                          f"{fp8} ({recipe.framework}) keeps high-precision weights: use a te-* or mxfp8 recipe, "
+                          f"or leave --fp8-params out")
+    if not precision.master_bytes or precision.weight_bytes != 2:
+        raise ConfigError(f"--fp8-params: needs 16-bit parameters with an fp32 master copy in the optimizer "
+                          f"(bf16-params, bf16-fp32-grads, fp16-params); --precision {precision.name} has none")
+
+
+def check_fp8_params_strategy(strategy: str, *, fsdp_version: str, layout: bool) -> None:
+    """Refuse ``--fp8-params`` under a strategy without a sharded optimizer to hold the master copy
+    (:data:`FP8_PARAMS_STRATEGIES`)."""
+    ok = strategy in ("zero1", "fsdp", "fsdp-hybrid") if layout else (strategy.startswith("fsdp") and fsdp_version == "2")
+    if not ok:
+        raise ConfigError(f"--fp8-params: runs with {FP8_PARAMS_STRATEGIES}; --strategy {strategy}"
+                          f"{'' if layout else f' (--fsdp-version {fsdp_version}, no --tp/--pp/--cp)'} is not one")
 
 
 def check_optimizer(name: str) -> str:

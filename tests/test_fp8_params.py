@@ -1,0 +1,142 @@
+"""FP8 primary weights (``--fp8-params``: TransformerEngine ``fp8_model_init``, Megatron-LM
+``--fp8-param-gather``, NeMo ``fp8_params``) and the FP8 copies of the linears' inputs TransformerEngine
+keeps for backward: hand counts through the one memory model (predict, memory, plan), the one-line
+refusals, and the all-gathers that move FP8."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsim.errors import ConfigError
+from dpsim.plan.planner import plan_layouts
+from dpsim.predict import PredictConfig, predict
+from dpsim.predict.run import memory_for_config
+from dpsim.workload.catalog import get_model
+from dpsim.workload.fp8 import fp8_saved_input_elements, fp8_weight_numel, get_fp8_recipe
+
+# GPT-2 (124M): 12 blocks of c_attn 768 x 2304, c_proj 768 x 768, c_fc 768 x 3072, c_proj 3072 x 768.
+H, S, BLOCKS = 768, 1024, 12
+BLOCK_FP8 = H * (3 * H + H + 4 * H + 4 * H)
+LAYOUT = dict(gpus=8, link="infiniband", model="gpt2", tp=2, micro_batch=2, global_batch=16, strategy="zero1",
+              precision="bf16-params", sequence_parallel=True, steps=1)
+
+
+def _stage(gpu="h100", **kw):
+    """The (one) stage's memory of GPT-2 under tp 2 with sequence parallelism, zero1 over 4 replicas."""
+    p = predict(PredictConfig(**{**LAYOUT, "gpu": gpu, **kw}))
+    (stage,) = p.layout.stages
+    return stage.memory.breakdown
+
+
+def test_gpt2_fp8_linear_weights_are_a_hand_count():
+    assert sum(fp8_weight_numel(layer) for layer in get_model("gpt2").layers) == BLOCKS * BLOCK_FP8
+
+
+def test_fp8_params_drop_the_16_bit_copy_of_the_fp8_linears_weights():
+    """Per GPU (tp 2): f = 12 blocks x BLOCK_FP8 / 2 FP8 weight elements. Without --fp8-params TE keeps
+    the 16-bit weight and, for the step, its FP8 cast and (Hopper) transpose; with it the FP8 parameter
+    is that cast: 2 bytes an element less, exactly. Gradients and the sharded fp32 master and Adam state
+    stay as they were."""
+    f = BLOCKS * BLOCK_FP8 // 2
+    te = _stage(fp8="te-delayed")
+    params = _stage(fp8="te-delayed", fp8_params=True)
+    assert te.total_bytes - params.total_bytes == 2 * f
+    assert params.fp8_weights_bytes == 2 * f  # the FP8 parameter and its cached transpose (Hopper)
+    assert (params.gradients_bytes, params.optimizer_bytes) == (te.gradients_bytes, te.optimizer_bytes)
+    assert params.fp8_inputs_bytes == te.fp8_inputs_bytes
+
+
+def test_fp8_params_weigh_less_than_bf16_by_the_expected_bytes_on_blackwell():
+    """On Blackwell a per-tensor recipe keeps no transpose: the FP8 parameter is one byte against bf16's
+    two, f bytes fewer; the activations are bf16's with the FP8 input copies (negative) on top."""
+    f = BLOCKS * BLOCK_FP8 // 2
+    bf16 = _stage(gpu="b200")
+    params = _stage(gpu="b200", fp8="te-delayed", fp8_params=True)
+    assert bf16.weights_bytes - params.weights_bytes == f
+    assert params.fp8_weights_bytes == f
+    assert params.activations_bytes - bf16.activations_bytes == params.fp8_inputs_bytes < 0
+    assert bf16.total_bytes - params.total_bytes == f - params.fp8_inputs_bytes
+
+
+def test_fp8_input_copies_are_a_hand_count():
+    """Per block and sample on one of 2 sequence-parallel ranks (s x h / 2 elements each), TE keeps
+    the first norm's output (c_attn's input), the second's (c_fc's) and the GELU output (c_proj's,
+    4h wide) as FP8 copies, one byte for two: -(1 + 1 + 4); the attention output stays 16-bit in the
+    fused kernel and the output projection keeps its FP8 copy too: +1. So -5 s h / 2 bytes a block
+    and sample, 12 blocks, a micro-batch of 2, one micro-batch in flight (no pipeline)."""
+    params = _stage(fp8="te-delayed")
+    assert params.fp8_inputs_bytes == -5 * S * H / 2 * BLOCKS * 2
+    torchao = _stage(fp8="torchao-tensorwise")  # saves the high-precision input
+    assert torchao.fp8_inputs_bytes == 0.0
+
+
+def test_fp8_input_elements_of_a_llama_block_fused_or_not():
+    """Megatron-Core's TE layers fuse q/k/v and gate/up (one FP8 copy each); a Hugging Face model whose
+    nn.Linear modules are te.Linear keeps one per module. Without a fused attention kernel nothing else
+    keeps the attention output: the output projection's FP8 copy replaces it."""
+    model = get_model("llama-2-7b", flash_attention=True)
+    attn, mlp = model.layers[1], model.layers[2]
+    recipe = get_fp8_recipe("te-delayed")
+    s, h, inter = 4096, 4096, 11008
+    assert fp8_saved_input_elements(attn, recipe) == (s * h, s * h)
+    assert fp8_saved_input_elements(mlp, recipe) == (s * h + s * inter, 0)
+    assert fp8_saved_input_elements(attn, recipe, fused_projections=False) == (s * h, 3 * s * h)
+    assert fp8_saved_input_elements(mlp, recipe, fused_projections=False) == (s * h + s * inter, s * h)
+    assert fp8_saved_input_elements(attn, get_fp8_recipe("torchao-rowwise")) == (0, 0)
+    eager = get_model("llama-2-7b", flash_attention=False).layers[1]
+    assert fp8_saved_input_elements(eager, recipe) == (2 * s * h, 0)
+
+
+def test_plan_charges_what_predict_charges():
+    data_parallel = {k: v for k, v in LAYOUT.items() if k not in ("tp", "sequence_parallel", "global_batch", "strategy")}
+    base = PredictConfig(**data_parallel, fp8="te-delayed", fp8_params=True)
+    result = plan_layouts(base, gpus=[8], global_batch=16, tps=[2], pps=[1], strategies=["zero1"],
+                          micro_batches=[2], recomputes=["off"], sequence_parallel=True, verify=0)
+    (estimate,) = [e for e in result.ranked if e.candidate.tp == 2]
+    layout = estimate.candidate.config(base)
+    assert layout.execution.fp8_params
+    mem = memory_for_config(layout)[0]
+    assert estimate.memory_bytes == pytest.approx(mem.total_bytes, rel=1e-12)
+    assert mem.fp8_weights_bytes > 0
+
+
+def test_the_distributed_optimizers_parameter_all_gather_moves_fp8():
+    """zero1 gathers the updated parameters once a step: the FP8 linears' weights in one byte instead of
+    two, so f bytes fewer on each GPU (tp 2), the rest (embeddings, norms, biases) as before."""
+    f = BLOCKS * BLOCK_FP8 // 2
+    te = predict(PredictConfig(**LAYOUT, fp8="te-delayed")).comm_bytes_by_op
+    params = predict(PredictConfig(**LAYOUT, fp8="te-delayed", fp8_params=True)).comm_bytes_by_op
+    assert te["all_gather"] - params["all_gather"] == pytest.approx(f, rel=1e-9)
+    assert params["reduce_scatter"] == te["reduce_scatter"]  # gradients are reduced in bf16 as before
+
+
+def test_fsdp2_gathers_halve_the_fp8_linear_weights():
+    """FSDP2 with FP8 parameters: every all-gather moves the FP8 linears' weights in one byte (forward
+    and backward gather each block: 2 x 12 x BLOCK_FP8 bytes fewer), as torchao's float8 all-gather does."""
+    config = dict(gpus=8, link="infiniband", model="gpt2", micro_batch=2, strategy="fsdp", fsdp_version="2",
+                  precision="bf16-params", fp8="te-delayed", steps=1)
+    te = predict(PredictConfig(**config)).comm_bytes_by_op
+    params = predict(PredictConfig(**config, fp8_params=True))
+    assert te["all_gather"] - params.comm_bytes_by_op["all_gather"] == pytest.approx(2 * BLOCKS * BLOCK_FP8, rel=1e-3)
+    assert params.memory.fp8_weights_bytes > 0
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({}, "--fp8-params: keeps the FP8 linears' weights in FP8 and needs an FP8 recipe"),
+    ({"fp8": "torchao-tensorwise"}, "--fp8-params: FP8 primary weights are TransformerEngine's"),
+    ({"fp8": "te-delayed", "precision": "amp-bf16"}, "--fp8-params: needs 16-bit parameters with an fp32 master"),
+    ({"fp8": "te-delayed", "tp": 1, "global_batch": None, "sequence_parallel": False},
+     "--fp8-params: runs with a distributed optimizer"),
+    ({"fp8": "te-delayed", "strategy": "ddp"}, "--fp8-params: runs with a distributed optimizer"),
+])
+def test_refusals_are_one_line_naming_the_flag(kw, message):
+    with pytest.raises(ConfigError) as err:
+        predict(PredictConfig(**{**LAYOUT, **kw, "fp8_params": True}))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_off_by_default_and_named_only_when_set():
+    config = PredictConfig(**LAYOUT, fp8="te-delayed")
+    assert not config.execution.fp8_params
+    assert "fp8_params" not in config.to_dict()
+    assert PredictConfig(**LAYOUT, fp8="te-delayed", fp8_params=True).to_dict()["fp8_params"] is True
