@@ -128,24 +128,29 @@ def layout_rows() -> list[ResidualRow]:
 
 
 def large_model_rows() -> list[ResidualRow]:
-    """``accuracy_large_models.py``'s rows from the presets, as a user's prediction of them runs. Since
-    2026-12-07 the presets hold :data:`dpsim.workload.compute.MULTI_GPU_TRAINING_EFFICIENCY`, that script's
-    leave-one-system-out procedure run over all of these rows, so each residual carries its own system's
-    share of one global number (every fold picks 0.90 or 0.95). Scored instead with the efficiency fitted
-    without the row's system (``leave_one_system_out``), the intervals held 355 of 444 rows (79.95 %),
-    half-width / error 2.148 (validation/large_model_runs.md, "shipeff" and the lead's note)."""
+    """``accuracy_large_models.py``'s rows, each residual its leave-one-system-out one: the row
+    predicted with ``--compute-efficiency`` chosen without its system
+    (``accuracy_large_models.leave_one_system_out``, the script's own LOSO column, reused here, not
+    recomputed), since the shipped default :data:`dpsim.workload.compute.MULTI_GPU_TRAINING_EFFICIENCY`
+    was fitted on these very rows and a residual at it carries the row's own system's share of the
+    fit. The regime facts (fabric class, exposed share, typical all-reduce) stay those of the preset
+    prediction, as ``predict`` gives a user's query of the row. Until 2026-12-07 (width) the residuals
+    were taken at the shipped default: 357 of 444 inside (80.4 %), half-width / error 2.113 under the
+    rule then shipped; at their leave-one-system-out residuals 355 (79.95 %), 2.148."""
     import accuracy_large_models as alm
 
     dense, _ = alm.split(alm.rows())
     by_id = {r["id"]: r for r in dense}
-    results, _ = alm.evaluate_all(dense)
+    presets, loso, _, _ = alm.run()
+    loso_by_id = {res.id: res for res in loso}
     out = []
-    for res in results:
+    for res in presets:
         row = by_id[res.id]
         model = alm.model_of(row)
         config = alm.job_of(row).config
         par = config.parallelism
-        out.append(ResidualRow(id=res.id, pool="layout", system=res.system, log_ratio=math.log(1 + res.error),
+        error = loso_by_id[res.id].error
+        out.append(ResidualRow(id=res.id, pool="layout", system=res.system, log_ratio=math.log(1 + error),
                                gpu_arch=get_gpu(res.gpu).architecture, model_family=model_family(model),
                                params=float(model.param_count), gpus=res.gpus, source=_short(row["source"]),
                                suite="large-models", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
@@ -274,9 +279,14 @@ def section(data: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="store the rows and rewrite VALIDATION.md's section")
+    ap.add_argument("--rows-out", type=Path, metavar="PATH",
+                    help="also store the gathered rows at PATH (not shipped), for "
+                         "`validation/model_error_variants.py --rows PATH` to score")
     args = ap.parse_args(argv)
     data = gather()
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if args.rows_out is not None:
+        write_text_atomic(args.rows_out, text)
     body = section(data)
     print(body)
     if args.write:

@@ -578,9 +578,11 @@ def _rows_file(path: Path) -> dict:
 
 
 @lru_cache(maxsize=1)
-def load_rows(path: Path = ROWS_FILE) -> tuple[tuple[ResidualRow, ...], frozenset[str]]:
-    """The shipped residual rows and the fabric classes published collectives validated."""
-    data = _rows_file(path)
+def load_rows(path: Path | None = None) -> tuple[tuple[ResidualRow, ...], frozenset[str]]:
+    """The shipped residual rows (``path``: other rows, :data:`ROWS_FILE` as read at the call, which
+    ``validation/model_error_variants.py --rows`` points elsewhere) and the fabric classes published
+    collectives validated."""
+    data = _rows_file(ROWS_FILE if path is None else path)
     rows = tuple(ResidualRow(**r) for r in data["rows"])
     return rows, frozenset(data["collective_classes"])
 
