@@ -12,8 +12,10 @@ its own system, as ``ln(measured time / predicted time)`` with its regime
   (nothing is fitted on them; the unit is the publication's run set: the cluster with its
   software stack, e.g. Selene under Megatron-LM 2021, Selene under DeepSpeed, Eos under
   Megatron-Core), and ``accuracy_large_models.py``'s published FSDP / ZeRO / HSDP, 3D and MoE
-  runs, predicted from the presets (the unit is the table's system: one publisher's cluster and
-  software, e.g. MosaicML's llm-foundry tables, InternLM's, Megatron-Core MoE's ModelZoo); each
+  runs, predicted from the presets with the one fitted number, the multi-GPU compute efficiency,
+  chosen without the row's system (that script's leave-one-system-out column; the unit is the
+  table's system: one publisher's cluster and software, e.g. MosaicML's llm-foundry tables,
+  InternLM's, Megatron-Core MoE's ModelZoo); each
   layout row with its step's fabric class, exposed share and typical all-reduce, as ``predict``
   gives its query's regime, so that it is scored as that query's interval is built.
 
@@ -21,7 +23,8 @@ its own system, as ``ln(measured time / predicted time)`` with its regime
 with the collective classes that published nccl-tests rows validate
 (``tests/data/collectives_reference.csv``), and rewrites VALIDATION.md's "Model-error intervals"
 section with the leave-one-system-out coverage; without it, prints the coverage and says whether
-the committed file is current.
+the committed file is current. ``--rows-out PATH`` also stores the rows at ``PATH`` for
+``validation/model_error_variants.py --rows PATH`` to score (or ``--gather`` there: one command).
 """
 
 from __future__ import annotations
@@ -226,6 +229,9 @@ def section(data: dict) -> str:
         "out of sample; chosen afresh for each left-out system among it, X1 and the rule before it "
         "(p10-p90 with a margin per pool: 80.9 %, 2.087) on the other systems' rows alone, it reads "
         "80.9 %, 1.944 (`python validation/model_error_variants.py --nested W0 X1 X1J`). "
+        "The large-model runs' residuals are their leave-one-system-out ones (the multi-GPU compute "
+        "efficiency chosen without the row's system, as `accuracy_large_models.py`'s LOSO column), "
+        "since the shipped default was fitted on those rows (scored at it on 2026-12-07: 80.4 %, 2.113). "
         f"Regime keys, kept while at least {MIN_ROWS} rows remain (the last dropped first): {keys}. "
         "The compute pool's order (model family first) and the order statistics were compared on these "
         "rows (82.3 % inside at 2.45 before them and the widened scores), so this score is not wholly out "
