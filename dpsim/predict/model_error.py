@@ -310,8 +310,10 @@ is built from the rows of the regime it falls in:
   so split, 80.6 %, 2.263; Y4, the band the shortest window of ``ceil(0.8 (n + 1))`` rows (the
   small-sample rank) with a margin per pool, 81.1 %, 2.163; Y5, that band with one margin, 80.2 %,
   2.029 (94.0 %, 93.8 %, 76.1 %, 78.3 %); Y6, Y1 with regimes of two systems or more, 80.0 %, 2.263
-  (no regime changes); the rule before interval4 (W0) 80.6 %, 2.098. None meets both bars, so none
-  is kept. What they show: a margin per pool *widens* (the one margin lends the layout and collective
+  (no regime changes); the rule before interval4 (W0) 80.6 %, 2.098. Registered after those, before
+  their own scores: one margin per scale band over all pools (a job across nodes meets exposed
+  communication, stragglers and topology that dpsim models more coarsely), with Y5's band (Z1)
+  80.9 %, 2.149, with the shortest window (Z2) 80.2 %, 2.207. None meets both bars, so none is kept. What they show: a margin per pool *widens* (the one margin lends the layout and collective
   pools the compute and ddp pools' over-coverage, it does not widen the light pools by the heavy
   ones'); the compute rows' half-widths (15-24 %) all lie above the overall median and the ddp
   rows' (6-7 %) all below, so the median half-width is set inside the layout and collective pools,
