@@ -308,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                            if r.suite == "large-models" else r for r in rows)
         for label, cov in (("leave-one-system-out residuals (as gathered)", loso_coverage(rows)["all"]),
                            ("residuals at the shipped default efficiency", loso_coverage(at_default)["all"])):
+            ratio = cov.median_half_width / cov.median_abs_error
             print(f"# large-model rows at their {label}: {cov.inside} of {cov.rows} inside "
-                  f"({100 * cov.fraction:.2f} %), half-width / error {cov.median_half_width / cov.median_abs_error:.3f}")
+                  f"({100 * cov.fraction:.2f} %), half-width / error {ratio:.3f}")
     if args.write:
         write_text_atomic(ROWS_FILE, text)
         from sections import replace_section

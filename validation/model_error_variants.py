@@ -434,8 +434,8 @@ def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str, int]]:
 
 
 def _w_scores(pool_rows, knobs) -> list[tuple[float, int, int]]:
-    """The pool's scores with the band's systems and the ways each row extrapolates; with V11's repair, the layout rows whose query
-    adds the collective pool's error or widens for an unvalidated fabric scored by bisection on
+    """The pool's scores with the band's systems and the ways each row extrapolates; with V11's
+    repair, the layout rows whose query adds the collective pool's error or widens for an unvalidated fabric scored by bisection on
     the layout margin through the variant's own interval (the other pools' margins as the variant
     gives them without the repair, as V11 took the collective pool's as shipped)."""
     key = (pool_rows, knobs)

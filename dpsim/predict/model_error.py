@@ -313,9 +313,10 @@ is built from the rows of the regime it falls in:
   (no regime changes); the rule before interval4 (W0) 80.6 %, 2.098. Registered after those, before
   their own scores: one margin per scale band over all pools (a job across nodes meets exposed
   communication, stragglers and topology that dpsim models more coarsely), with Y5's band (Z1)
-  80.9 %, 2.149, with the shortest window (Z2) 80.2 %, 2.207. None meets both bars, so none is kept. What they show: a margin per pool *widens* (the one margin lends the layout and collective
-  pools the compute and ddp pools' over-coverage, it does not widen the light pools by the heavy
-  ones'); the compute rows' half-widths (15-24 %) all lie above the overall median and the ddp
+  80.9 %, 2.149, with the shortest window (Z2) 80.2 %, 2.207. None meets both bars, so none is
+  kept. What they show: a margin per pool *widens* (the one margin does not widen the light pools
+  by the heavy ones' tails; it lends the layout and collective pools the compute and ddp pools'
+  over-coverage); the compute rows' half-widths (15-24 %) all lie above the overall median and the ddp
   rows' (6-7 %) all below, so the median half-width is set inside the layout and collective pools,
   whose own ratios are 1.8-2.1 at 76-78 % inside: the left-out systems' biases (MosaicML's 47 layout
   rows, 18 of them within 1 % of the median half-width) are not in the other systems' rows.
