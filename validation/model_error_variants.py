@@ -16,7 +16,7 @@ functions for the length of one :func:`loso_coverage` and prints the figures the
     python validation/model_error_variants.py            # every V variant
     python validation/model_error_variants.py V1 V11 W4 X1J   # some
     python validation/model_error_variants.py --nested W0 X1 X1J   # the rule chosen per left-out system
-    python validation/model_error_variants.py --gather Y0 Y1 Y2 Y3 Y4 Y5 Y6   # width's, on the rows as gathered now
+    python validation/model_error_variants.py --gather Y0 Y1 Y2 Y3 Y4 Y5 Y6 Z1 Z2 W0   # width's, on the rows gathered now
     python validation/model_error_variants.py --rows PATH --nested Y0 Y1 Y3   # on rows stored by --rows-out PATH
 
 width's Y variants (2026-12-07) were registered here with a reason each before any was scored on
