@@ -16,6 +16,11 @@ functions for the length of one :func:`loso_coverage` and prints the figures the
     python validation/model_error_variants.py            # every V variant
     python validation/model_error_variants.py V1 V11 W4 X1J   # some
     python validation/model_error_variants.py --nested W0 X1 X1J   # the rule chosen per left-out system
+    python validation/model_error_variants.py --gather Y0 Y1 Y2 Y3 Y4 Y5 Y6 Z1 Z2 W0   # width's, on the rows gathered now
+    python validation/model_error_variants.py --rows PATH --nested Y0 Y1 Y3   # on rows stored by --rows-out PATH
+
+width's Y variants (2026-12-07) were registered here with a reason each before any was scored on
+the rows whose large-model residuals are their leave-one-system-out ones.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -334,11 +340,16 @@ class WVariant:
     label: str
     """What the table calls it."""
     band: str = "shipped"
-    """``shipped`` (signed p10 / median / p90), ``shrink`` (W1), ``centred`` (W4) or ``shortest`` (X1)."""
+    """``shipped`` (signed p10 / median / p90), ``shrink`` (W1), ``centred`` (W4), ``shortest`` (X1) or
+    ``shortest-n1`` (Y4, Y5: the shortest window of ``ceil(0.8 (n + 1))`` rows, at most ``n``)."""
     systems: int = 1
     """Fewest distinct systems a regime keeps before a key is dropped (W3: 3)."""
     margin: str = "pool"
-    """``pool`` (as shipped), ``mondrian`` (W2: by the band's systems) or ``joint`` (W5: all pools)."""
+    """``pool`` (one per pool), ``mondrian`` (W2: by the band's systems), ``joint`` (W5: all pools),
+    ``extrap`` (Y2: all pools, apart for queries that extrapolate and those that do not) or
+    ``pool-extrap`` (Y3: per pool, so split, a group of fewer than :data:`MIN_ROWS` scores taking
+    its pool's) or ``scale`` (Z1, Z2: all pools, by the query's scale band; the joint margin where
+    that band has fewer than :data:`MIN_ROWS` scores)."""
     query_form: bool = False
     """V11's repair: the five layout rows scored on the intervals their queries get."""
 
@@ -385,15 +396,28 @@ def _w_band(rows, regime, knobs) -> tuple[float, float, float, int, list]:
         lo, c, hi = w * lo + (1 - w) * plo, w * c + (1 - w) * pc, w * hi + (1 - w) * phi
     elif _W.variant.band == "shortest":
         lo, hi = me._shortest_window(values)  # the module's band since interval4
+    elif _W.variant.band == "shortest-n1":
+        lo, hi = _shortest_window_n1(values)
     elif _W.variant.band == "centred":
         d = float(_order_statistic(np.abs(np.array(values) - c), (me.COVERAGE,))[0])
         lo, hi = c - d, c + d
     return lo, c, hi, k, chosen
 
 
-def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str]]:
+def _shortest_window_n1(values) -> tuple[float, float]:
+    """Y4 / Y5's band: the narrowest window of ``min(n, ceil(0.8 (n + 1)))`` consecutive sorted
+    values, the rank at which a window of a regime's ``n`` exchangeable rows holds a new one with
+    probability >= 80 % (the small-sample correction split conformal makes to its own quantile)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    width = min(len(v), math.ceil(me.COVERAGE * (len(v) + 1)))
+    spans = v[width - 1:] - v[:len(v) - width + 1]
+    start = int(np.argmin(spans))
+    return float(v[start]), float(v[start + width - 1])
+
+
+def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str, int]]:
     """Each row's shipped (closed-form) score against its band without its system, that band's
-    systems and the row's id."""
+    systems, the row's id and the ways it extrapolates from the others."""
     key = ("closed", tuple(pool_rows), knobs)
     if key in _W.scores:
         return _W.scores[key]
@@ -401,15 +425,17 @@ def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str]]:
     for others, extent, mine in me._held_out(pool_rows):
         for r in mine:
             lo, c, hi, k, _ = _w_band(others, r, knobs)
-            factor = me.WIDEN_PER_EXTRAPOLATION ** len(me._extrapolations(others, r, r.pool, extent))
-            out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id))
+            ways = len(me._extrapolations(others, r, r.pool, extent))
+            factor = me.WIDEN_PER_EXTRAPOLATION ** ways
+            out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id,
+                        ways))
     _W.scores[key] = out
     return out
 
 
-def _w_scores(pool_rows, knobs) -> list[tuple[float, int]]:
-    """The pool's scores with the band's systems; with V11's repair, the layout rows whose query
-    adds the collective pool's error or widens for an unvalidated fabric scored by bisection on
+def _w_scores(pool_rows, knobs) -> list[tuple[float, int, int]]:
+    """The pool's scores with the band's systems and the ways each row extrapolates; with V11's
+    repair, the layout rows whose query adds the collective pool's error or widens for an unvalidated fabric scored by bisection on
     the layout margin through the variant's own interval (the other pools' margins as the variant
     gives them without the repair, as V11 took the collective pool's as shipped)."""
     key = (pool_rows, knobs)
@@ -417,11 +443,11 @@ def _w_scores(pool_rows, knobs) -> list[tuple[float, int]]:
         return _W.scores[key]
     closed = _w_closed_scores(pool_rows, knobs)
     if not (_W.variant.query_form and pool_rows and pool_rows[0].pool == "layout"):
-        _W.scores[key] = [(s, k) for s, k, _ in closed]
+        _W.scores[key] = [(s, k, w) for s, k, _, w in closed]
         return _W.scores[key]
     all_rows, classes = me.load_rows()
     collectives = [r for r in all_rows if r.pool == me.COLLECTIVE_POOL]
-    by_id = {rid: (s, k) for s, k, rid in closed}
+    by_id = {rid: (s, k, w) for s, k, rid, w in closed}
     out = []
     for r in pool_rows:
         others = [o for o in pool_rows if o.system != r.system]
@@ -445,42 +471,66 @@ def _w_scores(pool_rows, knobs) -> list[tuple[float, int]]:
 
         lo, hi = -1.0, 2.0  # ln units, as V11
         if holds(lo):
-            out.append((lo, by_id[r.id][1]))
+            out.append((lo, *by_id[r.id][1:]))
             continue
         for _ in range(40):
             mid = (lo + hi) / 2
             lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-        out.append((hi, by_id[r.id][1]))
+        out.append((hi, *by_id[r.id][1:]))
     _W.scores[key] = out
     return out
 
 
-def _w_margin(rows, pool_rows, knobs, k: int) -> float:
-    """The margin of a band of ``k`` systems in ``pool`` by the variant's calibration groups."""
+def _w_margin(rows, pool_rows, knobs, k: int, ways: int = 0, scale: str = "") -> float:
+    """The margin of a band of ``k`` systems in ``pool``, for a query that extrapolates in ``ways``
+    ways on GPUs of scale band ``scale``, by the variant's calibration groups."""
     pool = pool_rows[0].pool
     if _W.override is not None and pool == "layout":
         return _W.override
     inside_bisection = _W.override is not None
-    if _W.variant.margin == "joint":
-        key = (tuple(rows), inside_bisection)
+    if _W.variant.margin == "scale" and not inside_bisection:
+        key = (tuple(rows), "scale", scale)
         if key not in _W.joint:
             scores = []
             for p in (*me.POOLS, me.COLLECTIVE_POOL):
                 pr = tuple(r for r in rows if r.pool == p)
                 if pr:
-                    scored = _w_closed_scores(pr, me.KNOBS[p]) if inside_bisection else _w_scores(pr, me.KNOBS[p])
-                    scores += [s[0] for s in scored]
+                    band_of = {r.id: r.scale_band for r in pr}
+                    scores += [sc for sc, _, rid, _ in _w_closed_scores(pr, me.KNOBS[p]) if band_of[rid] == scale]
+            _W.joint[key] = _rank(np.array(scores), me.COVERAGE) if len(scores) >= me.MIN_ROWS else None
+        if _W.joint[key] is not None:
+            return _W.joint[key]
+        _W.variant = dataclasses.replace(_W.variant, margin="joint")  # too few: the joint margin
+        try:
+            return _w_margin(rows, pool_rows, knobs, k, ways, scale)
+        finally:
+            _W.variant = dataclasses.replace(_W.variant, margin="scale")
+    if _W.variant.margin in ("joint", "extrap"):
+        group = _W.variant.margin == "extrap" and ways > 0
+        key = (tuple(rows), inside_bisection, group)
+        if key not in _W.joint:
+            scores = []
+            for p in (*me.POOLS, me.COLLECTIVE_POOL):
+                pr = tuple(r for r in rows if r.pool == p)
+                if pr:
+                    scored = ([(s, kk, w) for s, kk, _, w in _w_closed_scores(pr, me.KNOBS[p])] if inside_bisection
+                              else _w_scores(pr, me.KNOBS[p]))
+                    scores += [s[0] for s in scored if _W.variant.margin == "joint" or (s[2] > 0) == group]
             _W.joint[key] = _rank(np.array(scores), me.COVERAGE) if scores else 0.0
         return _W.joint[key]
-    scored = ([(s, kk) for s, kk, _ in _w_closed_scores(pool_rows, knobs)] if inside_bisection
+    scored = ([(s, kk, w) for s, kk, _, w in _w_closed_scores(pool_rows, knobs)] if inside_bisection
               else _w_scores(pool_rows, knobs))
     if not scored:
         return 0.0
-    if _W.variant.margin == "mondrian":
-        group = [s for s, kk in scored if (kk >= MONDRIAN_CUT) == (k >= MONDRIAN_CUT)]
+    if _W.variant.margin == "pool-extrap":
+        group = [s for s, _, w in scored if (w > 0) == (ways > 0)]
         if len(group) >= me.MIN_ROWS:
             return _rank(np.array(group), me.COVERAGE)
-    return _rank(np.array([s for s, _ in scored]), me.COVERAGE)
+    if _W.variant.margin == "mondrian":
+        group = [s for s, kk, _ in scored if (kk >= MONDRIAN_CUT) == (k >= MONDRIAN_CUT)]
+        if len(group) >= me.MIN_ROWS:
+            return _rank(np.array(group), me.COVERAGE)
+    return _rank(np.array([s for s, _, _ in scored]), me.COVERAGE)
 
 
 def _w_pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndarray:
@@ -494,7 +544,8 @@ def _w_pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndar
     widened += me._extrapolations(list(pool_rows), regime, pool)
     ids += [r.id for r in chosen]
     samples = me._mapped(np.array([r.log_ratio for r in chosen]), lo, c, hi)
-    m = _w_margin(rows, pool_rows, knobs, k)
+    m = _w_margin(rows, pool_rows, knobs, k, len(me._extrapolations(list(pool_rows), regime, pool)),
+                  regime.scale_band)
     return c + np.sign(samples - c) * np.maximum(np.abs(samples - c) + m, 0.0)
 
 
@@ -513,6 +564,45 @@ W_VARIANTS = {
 }
 W_VARIANTS.update({f"{name}+": dataclasses.replace(v, label=v.label + ", with V11", query_form=True)
                    for name, v in list(W_VARIANTS.items())})
+# --- width (2026-12-07): registered here, each with its reason, before any was scored on the rows
+# whose large-model residuals are their leave-one-system-out ones (issue 25 item 1; X1 and X1J
+# re-read on them, W0 too). Scored by `python validation/model_error_variants.py --gather Y0 ...`.
+# Keep rule, written before scoring: of Y1-Y6, those reading >= 80 % inside, half-width / error <= 2
+# and every pool >= 75 % are eligible, the smallest half-width / error among them wins (the criterion
+# --nested applies per left-out system), and it ships only if `--nested` over Y0-Y6 also meets both
+# bars; otherwise nothing but the LOSO residuals ships.
+Y_VARIANTS = {
+    # the shipped rule (X1J) as the baseline on the new residuals
+    "Y0": WVariant(label="X1J re-read on the LOSO residuals", band="shortest", margin="joint"),
+    # a pool's scores are evidence about its own queries: heavy-tailed pools do not widen light ones
+    "Y1": WVariant(label="shortest window, one margin per pool (X1)", band="shortest", margin="pool"),
+    # a query knows whether it leaves the validated ground; the heavy tail is the left-out novelty
+    "Y2": WVariant(label="shortest window, one margin for extrapolating and one for other queries",
+                   band="shortest", margin="extrap"),
+    # Y1 and Y2 together: per pool, extrapolating queries calibrated apart where >= MIN_ROWS scores
+    "Y3": WVariant(label="shortest window, margin per pool and extrapolation", band="shortest",
+                   margin="pool-extrap"),
+    # the band is itself a prediction set for a new row: its small-sample rank is ceil(0.8 (n + 1))
+    "Y4": WVariant(label="shortest window of ceil(0.8 (n + 1)) rows, margin per pool", band="shortest-n1",
+                   margin="pool"),
+    # the same band with the shipped joint margin (which of the two the correction helps)
+    "Y5": WVariant(label="shortest window of ceil(0.8 (n + 1)) rows, one margin", band="shortest-n1",
+                   margin="joint"),
+    # a band from one system's rows is that system's bias, not a spread across systems
+    "Y6": WVariant(label="shortest window, margin per pool, regimes of two systems or more",
+                   band="shortest", margin="pool", systems=2),
+}
+# Second round, registered after Y0-Y6 were scored (none met both bars), before its own scores:
+# the one query-time split the brief names that this round had not tried, the scale band.
+Y_VARIANTS.update({
+    # a job across nodes meets the network's exposed communication, stragglers and topology, which
+    # dpsim models more coarsely than one GPU's or one node's step: its errors' law is not theirs
+    "Z1": WVariant(label="Y5's band, one margin per scale band (all pools; joint under 9 scores)",
+                   band="shortest-n1", margin="scale"),
+    "Z2": WVariant(label="shortest window, one margin per scale band (all pools; joint under 9 scores)",
+                   band="shortest", margin="scale"),
+})
+W_VARIANTS.update(Y_VARIANTS)
 W_VARIANTS["W0+"] = dataclasses.replace(W_VARIANTS["W0+"], label="V11 through W's code (must read as V11)")
 W_VARIANTS["X1J"] = dataclasses.replace(W_VARIANTS["X1J"], label="as shipped since interval4 through W's code (X1J)")
 
@@ -534,7 +624,27 @@ def main() -> None:
     parser.add_argument("variants", nargs="*", help=f"variants to score, of {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--nested", action="store_true",
                         help="choose among the named W variants per left-out system on the others' rows")
+    parser.add_argument("--rows", type=Path, metavar="PATH",
+                        help="score these rows (``validation/model_error.py --rows-out PATH``), not the shipped ones")
+    parser.add_argument("--gather", action="store_true",
+                        help="score the rows the validation scripts give now (``validation/model_error.py``'s "
+                             "gathering, minutes), not the shipped ones: one command after accuracy changes")
     args = parser.parse_args()
+    if args.gather:
+        import json
+        import sys
+        import tempfile
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import model_error as script
+
+        args.rows = Path(tempfile.mkdtemp()) / "model_error_rows.json"
+        args.rows.write_text(json.dumps(script.gather(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"# rows gathered into {args.rows}")
+    if args.rows is not None:
+        me.ROWS_FILE = args.rows
+        me.forget_loaded()
+        print(f"# scoring {len(me.load_rows()[0])} rows from {args.rows}")
     names = args.variants or list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS and n not in W_VARIANTS]
     if unknown:

@@ -294,6 +294,36 @@ is built from the rows of the regime it falls in:
   step the layout and collective pools' margin (a hopper ResNet-50 query: +/-1.7 % -> +/-3.9 %)
   and the collectives 77.1 % inside: left to the lead (``validation/large_model_runs.md``), who
   shipped it (interval4, "Chosen on the rows" above).
+* **The large-model rows at their leave-one-system-out residuals; a margin per pool, small-sample
+  bands and extrapolation groups: registered on 2026-12-07 (width), none kept.** Since the multi-GPU
+  compute efficiency 0.95 (fitted on the large-model rows) shipped, those rows' residuals at the
+  shipped default carried their own system's share of the fit; ``validation/model_error.py`` now
+  takes each from ``accuracy_large_models.leave_one_system_out`` (the efficiency chosen without the
+  row's system). With the rule above that moves 357 of 444 inside (80.4 %), 2.113 to 355 (79.95 %:
+  the coverage bar fails too), 2.148 (14.66 % / 6.83 %). Registered with a reason each and one keep
+  rule before scoring (``validation/model_error_variants.py``, Y0-Y6: eligible at >= 80 % inside,
+  <= 2 and every pool >= 75 %; smallest ratio wins; shipped only if ``--nested`` also meets both),
+  scored on those residuals (inside %, half-width / error; compute, ddp, layout, collective): Y0,
+  the rule above, 80.0 %, 2.148 (92.0 %, 96.9 %, 76.1 %, 77.7 %); Y1, a margin per pool (a pool's
+  scores are evidence about its own queries), 80.0 %, 2.263 (82.0 %, 78.1 %, 80.0 %, 79.6 %); Y2,
+  one margin for queries that extrapolate and one for the others, 80.4 %, 2.262; Y3, per pool and
+  so split, 80.6 %, 2.263; Y4, the band the shortest window of ``ceil(0.8 (n + 1))`` rows (the
+  small-sample rank) with a margin per pool, 81.1 %, 2.163; Y5, that band with one margin, 80.2 %,
+  2.029 (94.0 %, 93.8 %, 76.1 %, 78.3 %); Y6, Y1 with regimes of two systems or more, 80.0 %, 2.263
+  (no regime changes); the rule before interval4 (W0) 80.6 %, 2.098. Registered after those, before
+  their own scores: one margin per scale band over all pools (a job across nodes meets exposed
+  communication, stragglers and topology that dpsim models more coarsely), with Y5's band (Z1)
+  80.9 %, 2.149, with the shortest window (Z2) 80.2 %, 2.207. None meets both bars, so none is
+  kept. What they show: a margin per pool *widens* (the one margin does not widen the light pools
+  by the heavy ones' tails; it lends the layout and collective pools the compute and ddp pools'
+  over-coverage); the compute rows' half-widths (15-24 %) all lie above the overall median and the ddp
+  rows' (6-7 %) all below, so the median half-width is set inside the layout and collective pools,
+  whose own ratios are 1.8-2.1 at 76-78 % inside: the left-out systems' biases (MosaicML's 47 layout
+  rows, 18 of them within 1 % of the median half-width) are not in the other systems' rows.
+  Chosen per left-out system on the other systems' rows alone between Y0 and Y5 (the closest),
+  and that system's rows scored with the choice: 80.0 % (355), 2.056 (Y5 for 38 of 58 systems;
+  ``python validation/model_error_variants.py --gather --nested Y0 Y5``): the choice held out meets
+  neither bar; among all of Y0-Y6, 81.5 % (362), 2.207 (Y5 for 34 systems, Y4 for 16).
 * **Several pools.** A preset multi-GPU prediction adds the compute and ddp pools' residuals
   (each moved out by the margin) pairwise (the outer sum: the distribution of the sum of
   two independent errors). No published row predicts such a step end to end, so whether the sum
@@ -578,9 +608,11 @@ def _rows_file(path: Path) -> dict:
 
 
 @lru_cache(maxsize=1)
-def load_rows(path: Path = ROWS_FILE) -> tuple[tuple[ResidualRow, ...], frozenset[str]]:
-    """The shipped residual rows and the fabric classes published collectives validated."""
-    data = _rows_file(path)
+def load_rows(path: Path | None = None) -> tuple[tuple[ResidualRow, ...], frozenset[str]]:
+    """The shipped residual rows (``path``: other rows, :data:`ROWS_FILE` as read at the call, which
+    ``validation/model_error_variants.py --rows`` points elsewhere) and the fabric classes published
+    collectives validated."""
+    data = _rows_file(ROWS_FILE if path is None else path)
     rows = tuple(ResidualRow(**r) for r in data["rows"])
     return rows, frozenset(data["collective_classes"])
 
