@@ -1,0 +1,75 @@
+"""Defects found by the fifteenth fuzz round (fuzz15): the shipped multi-GPU compute efficiency beside a
+calibration profile, the op-by-op pipeline replay, FP8 options and ``dpsim plan``, and hostile inputs through
+every command.
+
+Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz_harness import check_outcome, run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _json(args, capsys) -> dict:
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    return json.loads(outcome.out)
+
+
+# --- 1. a profile of collectives alone leaves the compute (and its multi-GPU default) to the presets ------------------
+def test_a_profile_without_compute_keeps_the_multi_gpu_compute_efficiency(capsys):
+    """Before: ``predict --gpus 8 --link dgx-a100 --calibration a100-nvswitch-8gpu`` (every shipped profile
+    measured collectives only: ``"compute": null``) ran the preset-costed compute at efficiency 1, "default with
+    --calibration: measured rates", though no rate was measured: gpt2's compute 58.18 ms with the profile, 61.24 ms
+    without it (the same GPUs, the same presets). The profile replaces the collectives; the compute, costed from the
+    presets either way, keeps the multi-GPU default."""
+    base = ["predict", "--model", "gpt2", "--gpus", "8", "--link", "dgx-a100", "--steps", "1", "--json"]
+    plain = _json(base, capsys)
+    calibrated = _json(base + ["--calibration", "a100-nvswitch-8gpu"], capsys)
+    assert calibrated["compute_s"] == pytest.approx(plain["compute_s"], rel=1e-12)
+    assert calibrated["forward_s"] == pytest.approx(plain["forward_s"], rel=1e-12)
+    assert calibrated["config"]["compute_efficiency"] is None
+    # One GPU keeps the roofline as it is, with the profile as without it.
+    one = ["predict", "--model", "gpt2", "--gpus", "1", "--link", "dgx-a100", "--steps", "1", "--json"]
+    assert _json(one + ["--calibration", "a100-nvswitch-8gpu"], capsys)["compute_s"] == \
+        pytest.approx(_json(one, capsys)["compute_s"], rel=1e-12)
+
+
+def test_a_profile_with_measured_compute_keeps_its_rates_as_measured(tmp_path):
+    """A profile that measured matmul rates (or the model's step) is compute measured: no factor on top."""
+    import dataclasses
+
+    from dpsim.predict.config import PredictConfig, resolved_compute_efficiency
+    from dpsim.profile.io import load_profile, save_profile
+    from dpsim.profile.schema import ComputeCalibration
+
+    profile = load_profile("a100-nvswitch-8gpu")
+    measured = dataclasses.replace(profile, compute=ComputeCalibration(
+        device="NVIDIA A100-SXM4-80GB", matmul_flops_per_s={"bfloat16": 2.6e14}))
+    path = save_profile(measured, tmp_path / "measured.json")
+    with_rates = PredictConfig(model="gpt2", gpus=8, link="dgx-a100", calibration=str(path))
+    without = PredictConfig(model="gpt2", gpus=8, link="dgx-a100", calibration="a100-nvswitch-8gpu")
+    assert resolved_compute_efficiency(with_rates)[0] == 1.0
+    assert resolved_compute_efficiency(without)[0] == 0.95
+    assert "--calibration" not in resolved_compute_efficiency(without)[1]
+
+
+def test_the_api_and_the_cli_agree_on_a_profile_without_compute(capsys):
+    """``dpsim.predict(PredictConfig(...))`` and ``dpsim predict`` give one step with such a profile."""
+    import dpsim
+
+    args = ["predict", "--model", "gpt2", "--gpus", "16", "--link", "aws-p4de", "--calibration", "aws-p4de-2node",
+            "--steps", "1", "--json"]
+    cli = _json(args, capsys)
+    api = dpsim.predict(dpsim.PredictConfig(model="gpt2", gpus=16, link="aws-p4de", calibration="aws-p4de-2node",
+                                            steps=1))
+    assert api.step_time_s == cli["step_time_s"]
+    assert api.scaling_efficiency == cli["scaling_efficiency"]
+
