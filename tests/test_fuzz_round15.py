@@ -73,3 +73,33 @@ def test_the_api_and_the_cli_agree_on_a_profile_without_compute(capsys):
     assert api.step_time_s == cli["step_time_s"]
     assert api.scaling_efficiency == cli["scaling_efficiency"]
 
+
+# --- 2. --dp without --gpus sets the GPUs in the API and a sweep as on predict's command line --------------------------
+def test_a_config_with_dp_and_no_gpus_is_the_command_lines():
+    """Before: ``dpsim.PredictConfig(model="gpt2", dp=2)`` was refused "--dp: 2 with --tp 1 --pp 1 needs --gpus 2
+    (tp x pp x dp), not 64; leave --gpus out or make them agree", though --gpus was left out, while ``dpsim predict
+    --dp 2`` ran on 2 GPUs (the field's own docstring: "Given without --gpus, --gpus becomes tp x pp x dp")."""
+    import dpsim
+    from dpsim.predict.config import ParallelismConfig
+
+    assert dpsim.PredictConfig(model="gpt2", dp=2) == dpsim.PredictConfig(model="gpt2", dp=2, gpus=2)
+    assert dpsim.PredictConfig(model="gpt2", dp=2, tp=2, pp=3).cluster.gpus == 12
+    assert dpsim.PredictConfig(parallelism=ParallelismConfig(dp=3, tp=2)).cluster.gpus == 6
+    # Given GPUs stay given, and a disagreement is still refused.
+    with pytest.raises(dpsim.DpsimError, match="needs --gpus 2"):
+        dpsim.PredictConfig(model="gpt2", dp=2, gpus=8)
+
+
+def test_a_sweep_over_dp_without_gpus_runs_what_predict_runs(capsys):
+    """Before: ``dpsim sweep --model gpt2 --axis dp=1,2`` stopped at its first point with the same refusal."""
+    import dpsim
+
+    args = ["sweep", "--model", "gpt2", "--link", "dgx-a100", "--axis", "dp=1,2", "--steps", "1", "--json"]
+    rows = _json(args, capsys)["rows"]
+    assert [r["gpus"] for r in rows] == [1, 2]
+    for row in rows:
+        one = _json(["predict", "--model", "gpt2", "--link", "dgx-a100", "--dp", str(row["dp"]), "--steps", "1",
+                     "--json"], capsys)
+        assert row["step_time_s"] == one["step_time_s"]
+        api = dpsim.predict(dpsim.PredictConfig(model="gpt2", link="dgx-a100", dp=row["dp"], steps=1))
+        assert api.step_time_s == one["step_time_s"]

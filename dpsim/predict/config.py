@@ -694,6 +694,14 @@ class PredictConfig:
             # not the part is the setting, as the CLI and every caller before the parts passed it.
             given["calibration"] = None
             settings["calibration"] = calibration
+        if cluster is None and "gpus" not in settings:
+            # --dp without --gpus means --gpus tp x cp x pp x dp, in the API as on the command line: it was
+            # refused "needs --gpus 2 ..., not 64; leave --gpus out" (PredictConfig(dp=2), sweep --axis dp=1,2).
+            layout = {k: getattr(parallelism, k) for k in ("dp", "tp", "pp", "cp")} \
+                if isinstance(parallelism, ParallelismConfig) else {}
+            layout.update({k: settings[k] for k in ("dp", "tp", "pp", "cp") if k in settings})
+            if layout.get("dp") is not None:
+                settings = {**settings, **{k: v for k, v in derived_flags(layout).items() if k == "gpus"}}
         by_part: dict[str, dict[str, Any]] = {}
         for key, value in settings.items():
             place = SETTING_PLACES.get(key)
