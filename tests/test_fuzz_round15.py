@@ -36,6 +36,8 @@ def test_a_profile_without_compute_keeps_the_multi_gpu_compute_efficiency(capsys
     assert calibrated["compute_s"] == pytest.approx(plain["compute_s"], rel=1e-12)
     assert calibrated["forward_s"] == pytest.approx(plain["forward_s"], rel=1e-12)
     assert calibrated["config"]["compute_efficiency"] is None
+    # ... and says so, as a prediction without the profile does (it named no factor).
+    assert "compute efficiency 0.95: default on several GPUs" in calibrated["provenance"]["compute"]["detail"]
     # One GPU keeps the roofline as it is, with the profile as without it.
     one = ["predict", "--model", "gpt2", "--gpus", "1", "--link", "dgx-a100", "--steps", "1", "--json"]
     assert _json(one + ["--calibration", "a100-nvswitch-8gpu"], capsys)["compute_s"] == \
