@@ -803,6 +803,15 @@ class Planner:
                 tp_comm_overlap="backward", tp_across_network=False))
             if self.gpu is None:
                 self.gpu = get_gpu(topo.spec.gpu)
+                if self.base.calibration.profile is not None:
+                    # As predict's device: the profile's measured matmul rates and copy bandwidth where it
+                    # measured them (plan costed the preset's: 0.59x its simulation at a measured 120 TFLOP/s).
+                    from dpsim.predict.provenance import check_cpu_compute
+                    from dpsim.profile.calibrated import calibrated_device
+                    from dpsim.profile.io import load_profile
+
+                    profile = load_profile(self.base.calibration.profile)
+                    self.gpu = check_cpu_compute(self.base, profile, calibrated_device(profile, self.gpu))
                 # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,
                 # not a missing 'float8' rate found while costing the first layout.
                 check_precision_on_gpu(self.precision, self.gpu)
