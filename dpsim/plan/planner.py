@@ -140,6 +140,7 @@ from dpsim.predict.layout import (
     stages_fullest,
     zero3_layout_passes,
 )
+from dpsim.predict.provenance import check_cpu_compute
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import (
@@ -152,6 +153,8 @@ from dpsim.predict.run import (
     resolve_topology,
     strategy_memory,
 )
+from dpsim.profile.calibrated import calibrated_device
+from dpsim.profile.io import load_profile
 from dpsim.strategies.layout import (
     ChunkWork,
     PARAM_SHARDING_LAYOUT_STRATEGIES,
@@ -806,10 +809,6 @@ class Planner:
                 if self.base.calibration.profile is not None:
                     # As predict's device: the profile's measured matmul rates and copy bandwidth where it
                     # measured them (plan costed the preset's: 0.59x its simulation at a measured 120 TFLOP/s).
-                    from dpsim.predict.provenance import check_cpu_compute
-                    from dpsim.profile.calibrated import calibrated_device
-                    from dpsim.profile.io import load_profile
-
                     profile = load_profile(self.base.calibration.profile)
                     self.gpu = check_cpu_compute(self.base, profile, calibrated_device(profile, self.gpu))
                 # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,

@@ -55,6 +55,8 @@ from dpsim.limits import (
     is_finite,
     short,
 )
+from dpsim.profile.calibrated import measures_compute
+from dpsim.profile.io import load_profile, resolve_profile_path
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
@@ -1356,8 +1358,6 @@ thousands of layouts with one profile: read once)."""
 
 def _profile_key(profile: str) -> tuple[str, int, int] | None:
     """The profile file ``profile`` names, its modification time and size (``None``: it cannot be read)."""
-    from dpsim.profile.io import resolve_profile_path
-
     try:
         path = resolve_profile_path(profile)
         st = path.stat()
@@ -1370,8 +1370,6 @@ def remember_profile_compute(name: str, profile) -> None:
     """Record whether ``profile`` (the :class:`~dpsim.profile.schema.Profile` read from ``name``) measured the
     compute, so that :func:`profile_measures_compute` need not read it again (:func:`dpsim.predict.resolve.resolve`
     reads each prediction's profile once)."""
-    from dpsim.profile.calibrated import measures_compute
-
     key = _profile_key(name)
     if key is not None:
         if len(_MEASURES_COMPUTE) >= 64:
@@ -1383,9 +1381,6 @@ def profile_measures_compute(profile: str) -> bool:
     """Whether the calibration profile ``profile`` (a file or a shipped name) measured the compute: matmul rates
     or a model's training step (:func:`dpsim.profile.calibrated.measures_compute`). One that measured collectives
     alone (``"compute": null``, as every shipped profile) leaves the compute costed from the presets."""
-    from dpsim.profile.calibrated import measures_compute
-    from dpsim.profile.io import load_profile
-
     key = _profile_key(profile)
     hit = None if key is None else _MEASURES_COMPUTE.get(key)
     if hit is None:
