@@ -394,9 +394,11 @@ def test_predict_uses_the_resolved_compute_efficiency_and_says_which():
     assert default.step_time_s == predict(PredictConfig(**job, compute_efficiency=MULTI_GPU_TRAINING_EFFICIENCY)).step_time_s
     assert default.step_time_s > predict(PredictConfig(**job, compute_efficiency=1.0)).step_time_s
     assert f"compute efficiency {MULTI_GPU_TRAINING_EFFICIENCY:g}: default on several GPUs" in default.provenance.compute.detail
-    # A calibration profile's measured rates are not scaled by the default.
+    # A calibration profile that measured collectives alone (a100-nvswitch-8gpu: "compute": null) leaves the
+    # compute to the presets, default included (tests/test_fuzz_round15.py: a profile's measured rates are not
+    # scaled by it).
     calibrated = PredictConfig(gpus=8, link="nvlink", gpu="a100", model="gpt2", calibration="a100-nvswitch-8gpu")
-    assert resolved_compute_efficiency_of(calibrated) == 1.0
+    assert resolved_compute_efficiency_of(calibrated) == MULTI_GPU_TRAINING_EFFICIENCY
 
 
 def resolved_compute_efficiency_of(config: PredictConfig) -> float:

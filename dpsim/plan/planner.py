@@ -140,6 +140,7 @@ from dpsim.predict.layout import (
     stages_fullest,
     zero3_layout_passes,
 )
+from dpsim.predict.provenance import check_cpu_compute
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import (
@@ -152,6 +153,8 @@ from dpsim.predict.run import (
     resolve_topology,
     strategy_memory,
 )
+from dpsim.profile.calibrated import calibrated_device
+from dpsim.profile.io import load_profile
 from dpsim.strategies.layout import (
     ChunkWork,
     PARAM_SHARDING_LAYOUT_STRATEGIES,
@@ -226,9 +229,11 @@ by op with their blocking exchanges (:meth:`Planner.blocking_s`): Llama-3-70B's 
 1F1B with ``m <= p`` read 1.073, now 1.000. The ends: 1.030 Mixtral-8x7B's interleaved ``m = 2p`` and DualPipe
 layouts, 0.964 Mixtral's data parallelism alone (tp8 zero1) and interleaved zero1 with ep2 (the closed-form
 data-parallel part, which the replay no longer offsets). The high end is 1.06, not 1.04: FSDP with the float8
-all-gather (``--fp8 torchao-tensorwise``) under tp 2, with and without pipeline stages, reads 1.045-1.049 (outside
-the sampled searches: plan searches fsdp under tp/pp only when ``--strategies`` names it), and a bound that misses
-a layout could prune the fastest one. Only the high end decides what is simulated: a layout
+all-gather (``--fp8 torchao-tensorwise``) under tp 2, with and without pipeline stages, read 1.045-1.049 (outside
+the sampled searches: plan searches fsdp under tp/pp only when ``--strategies`` names it; 1.108-1.111 after the
+replay, past the bound, while every candidate's compute was costed with the base strategy's FP8 recipe: 0.999-1.000
+with its own, :meth:`Planner.strategy_precision`, fuzz15), and a bound that misses a layout could prune the fastest
+one. Only the high end decides what is simulated: a layout
 estimated at ``e`` simulates in no less than ``e / 1.06``, so once that is slower than the best simulated layout,
 it and every later estimate cannot beat it."""
 
@@ -775,7 +780,7 @@ class Planner:
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
         self._layer_activations: dict[tuple, dict] = {}
-        self._layer_times: dict[int, dict] = {}
+        self._layer_times: dict[tuple, dict] = {}
         self._shard_params: dict[tuple, int] = {}
         self._checkpoints: dict[tuple, tuple[ClusterShape, object]] = {}
         self._steady: dict[tuple, float] = {}
@@ -804,6 +809,11 @@ class Planner:
                 tp_comm_overlap="backward", tp_across_network=False))
             if self.gpu is None:
                 self.gpu = get_gpu(topo.spec.gpu)
+                if self.base.calibration.profile is not None:
+                    # As predict's device: the profile's measured matmul rates and copy bandwidth where it
+                    # measured them (plan costed the preset's: 0.59x its simulation at a measured 120 TFLOP/s).
+                    profile = load_profile(self.base.calibration.profile)
+                    self.gpu = check_cpu_compute(self.base, profile, calibrated_device(profile, self.gpu))
                 # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,
                 # not a missing 'float8' rate found while costing the first layout.
                 check_precision_on_gpu(self.precision, self.gpu)
@@ -930,19 +940,22 @@ class Planner:
         split, load = self.experts(c)
         comms = tuple((g, gc.communicator(g).topology, gc.communicator(g).concurrent, gc.communicator(g).copies)
                       for g, on in (("cp", c.cp > 1), ("ep", c.ep > 1), ("etp", c.etp > 1)) if on)
+        precision = self.strategy_precision(c.strategy)
         key = (tp, micro_batch, sp, recompute, id(gc.group("tp")), c.grad_accum_fusion, c.cp, split, comms,
-               id(zero3))
+               id(zero3), precision)
         tab = self._tables.get(key)
         if tab is not None:
             return tab
         tpm = self.tp_model(tp, sp, c.cp, split)
-        ckey = (tp, micro_batch, sp, c.cp, split)
+        ckey = (tp, micro_batch, sp, c.cp, split, precision)
         compute = self._compute.get(ckey)
         if compute is None:
             cfg = dataclasses.replace(self.base, micro_batch=micro_batch)
-            # One memo of layer times per micro-batch: the shards of every split share their dense layers.
-            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, self.layout_precision,
-                                                          memo=self._layer_times.setdefault(micro_batch, {}))
+            # One memo of layer times per micro-batch and precision: the shards of every split share their dense
+            # layers.
+            compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, precision,
+                                                          memo=self._layer_times.setdefault((micro_batch, precision),
+                                                                                            {}))
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
@@ -951,7 +964,7 @@ class Planner:
         act_bytes = 4 if self.precision.compute_dtype == "float32" else 2
         # Op-level modes re-run a share of each layer's forward, as predict costs them.
         shares = recompute_shares(tpm.spec, CheckpointPolicy(mode=recompute, every=self.base.execution.recompute_every),
-                                  gpu=self.gpu, precision=self.layout_precision, micro_batch=micro_batch) \
+                                  gpu=self.gpu, precision=precision, micro_batch=micro_batch) \
             if recompute in OP_RECOMPUTES else None
         accumulate = () if layout.grad_accum_fusion else \
             gradient_accumulation_s(tpm, self.gpu, self.precision.grad_bytes)
@@ -990,7 +1003,7 @@ class Planner:
                           ep_cost=ep_cost if c.ep > 1 else None,
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
-                          cached_fp8_weights=caches_fp8_weights(self.layout_precision.fp8),
+                          cached_fp8_weights=caches_fp8_weights(precision.fp8),
                           sharding_copy_s=zero3.copy_s if zero3 is not None else ())
         tab = self._tables[key] = _Tables(work)
         return tab
@@ -1005,7 +1018,7 @@ class Planner:
         hit = self._steady.get(key)
         if hit is None:
             hit = self._steady[key] = zero3_layout_passes(self.tp_model(c.tp, c.sequence_parallel, c.cp, split),
-                                                          layout, self.gpu, self.layout_precision)
+                                                          layout, self.gpu, self.strategy_precision(c.strategy))
         return hit
 
     def units(self):
@@ -1519,16 +1532,17 @@ class Planner:
         # busiest rank's rows of compute, not its bytes), so the closed form's shard serves too.
         split = self.experts(c)[0]
         tpm = self.tp_model(c.tp, c.sequence_parallel, c.cp, split)
+        precision = self.strategy_precision(c.strategy)
         key = (c.tp, c.sequence_parallel, layout.recompute, layout.recompute_every, layout.pp, layout.chunks,
-               layout.schedule == "dualpipe", c.cp, split)
+               layout.schedule == "dualpipe", c.cp, split, precision)
         hit = self._activations.get(key)
         if hit is None:
             hit = self._activations[key] = (stage_activation_bytes(
-                tpm, assignment, layout, self.layout_precision,
-                per_layer=self._layer_activations.setdefault((c.tp, c.sequence_parallel, c.cp, split), {})),
+                tpm, assignment, layout, precision,
+                per_layer=self._layer_activations.setdefault((c.tp, c.sequence_parallel, c.cp, split, precision), {})),
                 stage_expert_numels(tpm, assignment))
         activations, expert_numels = hit
-        return stages_fullest(tpm, layout, self.gpu, self.layout_precision, self.base.workload.optimizer, assignment,
+        return stages_fullest(tpm, layout, self.gpu, precision, self.base.workload.optimizer, assignment,
                               activations, cp_model=self.model, expert_numels=expert_numels)
 
     def through_failures(self, e: Estimate, failures: FailureInputs) -> Estimate:
@@ -1661,6 +1675,20 @@ class Planner:
                         fp8.append(0 if group == "edp" else sum(lw.fp8_numel for lw in work))
         hit = self._buckets[key] = tuple(out)
         self._bucket_fp8[id(hit)] = tuple(fp8)
+        return hit
+
+    def strategy_precision(self, strategy: str):
+        """The precision a tensor/pipeline candidate of ``strategy`` runs, as ``predict`` resolves it for that
+        strategy: its ``fsdp`` gathers the float8 weights (:func:`~dpsim.workload.fp8.fp8_all_gather`), cast once
+        on the shard rather than in every forward, which the base config's strategy (ddp unless given) does not
+        (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's); cached."""
+        key = ("layout precision", strategy)
+        hit = self._steady.get(key)
+        if hit is None:
+            b = self.base
+            hit = self._steady[key] = get_precision(b.execution.precision, b.execution.fp8, strategy=strategy,
+                                                    fsdp_version=b.parallelism.fsdp_version,
+                                                    compile=b.execution.compile, layout=True)
         return hit
 
     def gather_fp8(self, strategy: str, layout: bool):
@@ -2236,7 +2264,7 @@ class Planner:
             # own), and pipe gains no dp_compute here.
             yield pipe + p2p
         g = self.precision.grad_bytes
-        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split)]
+        shard = self._compute[(c.tp, c.micro_batch, c.sequence_parallel, c.cp, split, self.strategy_precision(c.strategy))]
         shard_params = self._shard_params.get((c.tp, c.cp, split))
         if shard_params is None:
             shard_params = self._shard_params[(c.tp, c.cp, split)] = tpm.spec.param_count

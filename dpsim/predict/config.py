@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, DpsimError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (
@@ -55,6 +55,8 @@ from dpsim.limits import (
     is_finite,
     short,
 )
+from dpsim.profile.calibrated import measures_compute
+from dpsim.profile.io import load_profile, resolve_profile_path
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
@@ -597,7 +599,7 @@ class CalibrationConfig:
     """Overall factor on every modelled compute time: 1 keeps the per-op roofline as it is, 0.8 makes
     compute 1/0.8 slower. Left out: 0.95 for preset-costed compute on several GPUs (the rate published
     multi-GPU training sustains against the single-GPU roofline, fitted on the large-model runs), 1 on
-    one GPU, with --calibration or --single-gpu-step-ms (measured rates)."""
+    one GPU, with a --calibration profile that measured compute or --single-gpu-step-ms (measured rates)."""
     overlap_slowdown: float | None = field(default=None, metadata=_range(0, MAX_OVERLAP_SLOWDOWN))
     """Fractional compute slowdown while communication runs (0.1 = 10 %); left out: a calibration
     profile's measured slowdown, else 0.189 (dpsim's estimate: the average measured in GPT and
@@ -701,6 +703,14 @@ class PredictConfig:
             # not the part is the setting, as the CLI and every caller before the parts passed it.
             given["calibration"] = None
             settings["calibration"] = calibration
+        if cluster is None and "gpus" not in settings:
+            # --dp without --gpus means --gpus tp x cp x pp x dp, in the API as on the command line: it was
+            # refused "needs --gpus 2 ..., not 64; leave --gpus out" (PredictConfig(dp=2), sweep --axis dp=1,2).
+            layout = {k: getattr(parallelism, k) for k in ("dp", "tp", "pp", "cp")} \
+                if isinstance(parallelism, ParallelismConfig) else {}
+            layout.update({k: settings[k] for k in ("dp", "tp", "pp", "cp") if k in settings})
+            if layout.get("dp") is not None:
+                settings = {**settings, **{k: v for k, v in derived_flags(layout).items() if k == "gpus"}}
         by_part: dict[str, dict[str, Any]] = {}
         for key, value in settings.items():
             place = SETTING_PLACES.get(key)
@@ -1332,11 +1342,13 @@ def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
     costed from the presets and the job runs on more than one GPU, and
     :data:`~dpsim.workload.compute.DEFAULT_COMPUTE_EFFICIENCY` (1) where the roofline is already what it
     predicts (one GPU: its constants are fitted on single-GPU steps) or where compute is measured (a
-    calibration profile's rates, ``--single-gpu-step-ms``): a factor there would count twice."""
+    calibration profile's rates, ``--single-gpu-step-ms``): a factor there would count twice. A profile that
+    measured collectives alone (every shipped one) leaves the compute to the presets, and so to their default
+    (:func:`profile_measures_compute`)."""
     cal = config.calibration
     if cal.compute_efficiency is not None:
         return cal.compute_efficiency, "--compute-efficiency"
-    if cal.profile is not None:
+    if cal.profile is not None and profile_measures_compute(cal.profile):
         return DEFAULT_COMPUTE_EFFICIENCY, "default with --calibration: measured rates"
     if cal.single_gpu_step_s is not None:
         return DEFAULT_COMPUTE_EFFICIENCY, "default with --single-gpu-step-ms: a measured step"
@@ -1344,6 +1356,45 @@ def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
         return DEFAULT_COMPUTE_EFFICIENCY, "default on one GPU"
     return MULTI_GPU_TRAINING_EFFICIENCY, ("default on several GPUs: the rate published multi-GPU training "
                                            "sustains against the single-GPU roofline")
+
+
+_MEASURES_COMPUTE: dict[tuple[str, int, int], bool] = {}
+""":func:`profile_measures_compute`'s answers by profile file, its modification time and size (plan costs
+thousands of layouts with one profile: read once)."""
+
+
+def _profile_key(profile: str) -> tuple[str, int, int] | None:
+    """The profile file ``profile`` names, its modification time and size (``None``: it cannot be read)."""
+    try:
+        path = resolve_profile_path(profile)
+        st = path.stat()
+        return str(path.resolve()), st.st_mtime_ns, st.st_size
+    except (OSError, DpsimError):
+        return None
+
+
+def remember_profile_compute(name: str, profile) -> None:
+    """Record whether ``profile`` (the :class:`~dpsim.profile.schema.Profile` read from ``name``) measured the
+    compute, so that :func:`profile_measures_compute` need not read it again (:func:`dpsim.predict.resolve.resolve`
+    reads each prediction's profile once)."""
+    key = _profile_key(name)
+    if key is not None:
+        if len(_MEASURES_COMPUTE) >= 64:
+            _MEASURES_COMPUTE.clear()
+        _MEASURES_COMPUTE[key] = measures_compute(profile)
+
+
+def profile_measures_compute(profile: str) -> bool:
+    """Whether the calibration profile ``profile`` (a file or a shipped name) measured the compute: matmul rates
+    or a model's training step (:func:`dpsim.profile.calibrated.measures_compute`). One that measured collectives
+    alone (``"compute": null``, as every shipped profile) leaves the compute costed from the presets."""
+    key = _profile_key(profile)
+    hit = None if key is None else _MEASURES_COMPUTE.get(key)
+    if hit is None:
+        loaded = load_profile(profile)  # refused there, naming what is wrong, where it cannot be read
+        remember_profile_compute(profile, loaded)
+        hit = measures_compute(loaded)
+    return hit
 
 
 def one_gpu_compute_ratio(config: PredictConfig) -> float:

@@ -357,8 +357,10 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         else:
             rates = "measured matmul rates" if profile.compute is not None and profile.compute.matmul_flops_per_s \
                 else "the preset's matmul rates"
+            efficiency, why = resolved_compute_efficiency(config)
             compute_origin = Origin(source="model", detail=f"per-layer model with {rates} "
-                                                           f"(measured step not used: {match.reason})")
+                                                           f"(measured step not used: {match.reason}; compute "
+                                                           f"efficiency {efficiency:g}: {why})")
             if profile.compute is not None and profile.compute.model_step is not None:
                 warnings.append(f"compute is modelled, not measured: {match.reason}")
     comm_slowdown = calibrated_comm_slowdown(profile) or 0.0

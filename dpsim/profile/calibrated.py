@@ -205,6 +205,13 @@ def degraded_bandwidth_factor(profile: Profile, link_class: str, degraded: dict[
     return min(nic, g * intra / inter)
 
 
+def measures_compute(profile: Profile) -> bool:
+    """Whether ``profile`` measured how fast the device computes (matmul rates, or a model's training step): a
+    profile of collectives alone (``"compute": null``) leaves the compute to the GPU preset, as without it."""
+    c = profile.compute
+    return c is not None and bool(c.matmul_flops_per_s or c.model_step is not None or c.op_rates is not None)
+
+
 def calibrated_gpu(profile: Profile, gpu: GpuSpec) -> GpuSpec:
     """``gpu`` with the profile's measured matmul rates and memory bandwidth, if any."""
     c = profile.compute
