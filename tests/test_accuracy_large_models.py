@@ -367,3 +367,26 @@ def test_breakdown_groups_checkpointing_and_recomputed_share():
         ["0", "<=5 %", "<=15 %", "<=25 %", ">25 %"]
     assert [alm._size_bucket(p) for p in (1e9, 7e9, 30e9, 70e9, 405e9)] == \
         ["<3B", "3-15B", "15-50B", "50-150B", ">=150B"]
+
+
+def test_decomposition_adds_up_to_the_rows_prediction():
+    # --decompose: the op classes and collectives partition what predict reports for the row, never more.
+    row = next(r for r in alm.rows() if r["id"] == "R145")  # XTuner Llama2-7B, ZeRO-3 on one node
+    d = alm.decomposition(row)
+    compute = sum(d["compute_s"].values())
+    assert compute == pytest.approx(d["forward_s"] + d["backward_s"] + d["optimizer_s"], rel=1e-9)
+    assert {"forward mlp", "forward self_attn", "backward mlp", "recompute recompute"} <= set(d["compute_s"])
+    assert set(d["collectives"]) == {"allgather", "reducescatter"}
+    for c in d["collectives"].values():
+        assert 0.0 <= c["exposed_s"] <= c["busy_s"] + 1e-12
+    assert sum(c["exposed_s"] for c in d["collectives"].values()) >= d["exposed_comm_s"] - 1e-12
+    assert d["step_s"] >= compute - 1e-9
+    mem = d["memory_bytes"]
+    assert mem["total"] >= sum(v for k, v in mem.items() if k not in ("total", "usable"))
+    assert alm.decomposition_lines(row)[0].startswith("R145: step ")
+
+
+def test_decompose_needs_rows(capsys):
+    with pytest.raises(SystemExit):
+        alm.main(["--decompose"])
+    assert "--decompose needs --only" in capsys.readouterr().err

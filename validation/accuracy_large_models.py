@@ -1492,6 +1492,79 @@ def run(only: set[str] | None = None, *, loso: bool = True):
     return presets, loso_results, fitted, skipped
 
 
+def _op_class(event) -> str:
+    """A compute event's op class: the last non-numeric part of its layer name (``mlp``,
+    ``self_attn``, ``lm_head``), or the event's own name where it is a chunk of a layout."""
+    parts = [x for x in re.split(r"[.\s]+", event.name) if x and not x.isdigit()]
+    if event.kind in ("forward", "backward") and event.name.startswith(("model.", "transformer.")):
+        return parts[-1] if parts else event.name
+    if event.kind == "recompute":
+        return "recompute"
+    return re.sub(r"\d+", "#", event.name)
+
+
+def decomposition(row: dict) -> dict:
+    """Where one row's predicted step goes (rank 0, the last simulated step): compute per phase and
+    op class, each collective kind's busy time, bytes and the part rank 0 computes nothing beside
+    (as :func:`dpsim.engine.simulate.summarise` counts the step's exposed communication), a layout's
+    in-layer tensor-, context- and expert-parallel communication and their exposed parts, the
+    pipeline bubble and the memory parts (s, bytes)."""
+    from dpsim.engine.simulate import COMPUTE_KINDS, uncovered_s
+
+    job = job_of(row)
+    p = predict(job.config, model=job.model)
+    trace = p.simulation.trace
+    last = max((e.step for e in trace), default=0)
+    busy = [(e.start_s, e.end_s) for e in trace if e.step == last and e.rank == 0 and e.kind in COMPUTE_KINDS]
+    compute: dict[tuple[str, str], float] = {}
+    comm: dict[str, list[tuple[float, float]]] = {}
+    for e in trace:
+        if e.step != last:
+            continue
+        if e.kind in COMPUTE_KINDS:
+            if e.rank == 0:
+                key = (e.kind, _op_class(e))
+                compute[key] = compute.get(key, 0.0) + e.end_s - e.start_s
+        else:
+            comm.setdefault(e.kind, []).append((e.start_s, e.end_s))
+    out = {"step_s": p.step_time_s, "forward_s": p.forward_s, "backward_s": p.backward_s,
+           "optimizer_s": p.optimizer_s, "comm_s": p.comm_s, "exposed_comm_s": p.exposed_comm_s,
+           "compute_s": {f"{k} {c}": v for (k, c), v in sorted(compute.items(), key=lambda kv: -kv[1])},
+           "collectives": {k: {"busy_s": sum(b - a for a, b in v), "exposed_s": uncovered_s(v, busy)}
+                           for k, v in sorted(comm.items())},
+           "bytes_by_op": dict(p.comm_bytes_by_op),
+           "memory_bytes": {name: getattr(p.memory, k) for k, name in MEMORY_PARTS.items()}}
+    out["memory_bytes"]["total"] = p.memory.total_bytes
+    out["memory_bytes"]["usable"] = p.memory.usable_bytes
+    lay = p.layout
+    if lay is not None:
+        out["layout"] = {"tp_comm_s": lay.tp_comm_s, "tp_exposed_s": lay.tp_exposed_s,
+                         "cp_comm_s": lay.cp_comm_s, "cp_exposed_s": lay.cp_exposed_s,
+                         "ep_comm_s": lay.ep_comm_s, "etp_comm_s": lay.etp_comm_s,
+                         "ep_exposed_s": lay.ep_exposed_s, "p2p_comm_s": lay.p2p_comm_s,
+                         "bubble_fraction": lay.bubble_fraction,
+                         "stage_bubble_s": [s.bubble_s for s in lay.stages],
+                         "stage_comm_wait_s": [s.comm_wait_s for s in lay.stages]}
+    return out
+
+
+def decomposition_lines(row: dict) -> list[str]:
+    """:func:`decomposition` as text (``--decompose``)."""
+    d = decomposition(row)
+    lines = [f"{row['id']}: step {d['step_s']:.3f} s = forward {d['forward_s']:.3f} + backward (recompute "
+             f"included) {d['backward_s']:.3f} + optimizer {d['optimizer_s']:.3f} s, collectives "
+             f"{d['comm_s']:.3f} s of which exposed {d['exposed_comm_s']:.3f} s"]
+    lines += [f"  compute {k}: {v:.3f} s" for k, v in d["compute_s"].items()]
+    lines += [f"  collective {k}: busy {v['busy_s']:.3f} s, exposed {v['exposed_s']:.3f} s"
+              for k, v in d["collectives"].items()]
+    lines += [f"  bytes {k}: {v:.3e}" for k, v in d["bytes_by_op"].items()]
+    if "layout" in d:
+        lines.append("  layout: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else
+                                              f"{k} {[round(x, 3) for x in v]}" for k, v in d["layout"].items()))
+    lines.append("  memory GiB: " + ", ".join(f"{k} {v / 2**30:.1f}" for k, v in d["memory_bytes"].items()))
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -1501,8 +1574,18 @@ def main(argv=None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="print the signed residuals by checkpointing kind, GPU, framework, size, precision and "
                          "recomputation share")
+    ap.add_argument("--decompose", action="store_true",
+                    help="print each --only row's step decomposition (compute per op class, each collective and "
+                         "its exposed part, a layout's in-layer communication and bubble, memory) and exit")
     args = ap.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
+    if args.decompose:
+        if not only:
+            ap.error("--decompose needs --only ROW[,ROW...]")
+        for row in rows():
+            if row["id"] in only:
+                print("\n".join(decomposition_lines(row)))
+        return 0
     presets, loso_results, fitted, skipped = run(only, loso=not args.no_loso)
     if args.breakdown:
         print("\n".join(breakdown_lines(presets, loso_results)))
