@@ -10,6 +10,7 @@ and VALIDATION.md's section is the one the script writes today.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -241,6 +242,31 @@ def test_flex_dispatcher_rows_at_main_1e057005_and_only_they_run_the_eager_multi
     for rid in ("R057", "R058", "R060", "R062", "R063", "R070"):
         assert multihot(rid) == 0, rid
     assert sorted(rid for rid, r in rows.items() if alm.eager_multihot(r)) == ["R059", "R061"]
+
+
+def test_alltoall_dispatcher_rows_with_several_experts_a_rank_and_only_they_sort_the_received_rows():
+    # Megatron-Core's alltoall dispatcher sorts by local expert when a rank holds more than one: R060 (the
+    # ModelZoo's A2A column, 16 experts a rank) and R140 (ms-swift's default dispatcher, etp 2); the flex
+    # (DeepEP) rows do not, nor R055 (alltoall, one Mixtral expert a rank).
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def sort_elements(rid):
+        return [op.elements for layer in alm.model_of(rows[rid]).layers for op in layer.ops
+                if op.name == "experts.sort_chunks"]
+
+    assert sorted(rid for rid, r in rows.items() if alm.alltoall_sort(r)) == ["R060", "R140"]
+    assert sort_elements("R060") == [4096 * 8 * 4096] * 94  # etp 1: the rank's own copies' worth
+    assert sort_elements("R140") == [8192 * 8 * 2048 * 2] * 48  # etp 2: gathered over the two ranks
+    for rid in ("R055", "R057", "R059", "R061", "R063"):
+        assert sort_elements(rid) == [], rid
+    # The sort only adds work: R140's step is longer with it than without.
+    from dpsim.predict import predict
+
+    job = alm.job_of(rows["R140"])
+    plain = dataclasses.replace(job.model, layers=tuple(
+        dataclasses.replace(layer, ops=tuple(op for op in layer.ops if not op.name.endswith("sort_chunks")))
+        for layer in job.model.layers))
+    assert predict(job.config, model=job.model).step_time_s > predict(job.config, model=plain).step_time_s
 
 
 def test_olmo_core_rows_price_the_loss_that_first_published_them():

@@ -360,6 +360,46 @@ def test_megatron_flex_dispatchers_eager_multihot_ops_cost_their_dispatch_time()
     assert after.backward_s - before.backward_s == pytest.approx(94 * 3 * HOST_OVERHEAD_PER_OP_S)
 
 
+def test_megatron_alltoall_dispatchers_sort_moves_every_received_row_once_each_way():
+    # Megatron-Core's alltoall dispatcher (core_r0.11.0, main 1e057005959b) sorts the rows it receives by
+    # local expert after the all-to-all (and the expert-TP all-gather) and unsorts them before the combine:
+    # a read and a write of each received row, forward and backward; the flex (DeepEP) dispatcher does not.
+    from dpsim.workload.layers import ALLTOALL_SORT_OPS, alltoall_sort_ops, with_alltoall_sort
+
+    model = get_model("qwen3-30b-a3b", seq_len=8192, flash_attention=True)
+    for etp in (1, 2):
+        sorted_ = with_alltoall_sort(model, etp=etp)
+        assert with_alltoall_sort(sorted_, etp=etp) == sorted_  # applied once
+        moe = 0
+        for before, after in zip(model.layers, sorted_.layers):
+            names = [op.name for op in after.ops]
+            assert [op for op in after.ops if op.name not in ALLTOALL_SORT_OPS] == list(before.ops)
+            if "experts.permute" not in names:
+                assert after == before
+                continue
+            moe += 1
+            # The sort right after the permutation, the unsort right before the unpermutation.
+            assert names.index("experts.sort_chunks") == names.index("experts.permute") + 1
+            assert names.index("experts.unsort_chunks") == names.index("experts.unpermute") - 1
+            permute = after.ops[names.index("experts.permute")]
+            for op in after.ops:
+                if op.name in ALLTOALL_SORT_OPS:
+                    # Bytes conserved: the rows the all-to-all delivered (times the etp ranks gathered).
+                    assert op.elements == permute.elements * etp == 8192 * 8 * 2048 * etp
+                    f, b = op_times(op, H100, AMP, 1)
+                    pf, pb = op_times(permute, H100, AMP, 1)
+                    assert (f, b) == (pytest.approx(pf * etp), pytest.approx(pb * etp))
+        assert moe == 48
+    # Two ops of the permutation's time each way a layer, etp 1.
+    before, after = profile(model, H100, micro_batch=1), profile(with_alltoall_sort(model), H100, micro_batch=1)
+    permute = next(op for layer in model.layers for op in layer.ops if op.name == "experts.permute")
+    pf, pb = op_times(permute, H100, AMP, 1)
+    assert after.forward_s - before.forward_s == pytest.approx(48 * 2 * pf)
+    assert after.backward_s - before.backward_s == pytest.approx(48 * 2 * pb)
+    with pytest.raises(ConfigError, match="etp"):
+        alltoall_sort_ops(1.0, 0)
+
+
 def test_olmo_cores_eager_fp32_loss_paths_are_priced_from_their_kernels():
     # OLMo-core before 00d34f693: the model casts the logits to fp32, the trainer copies the shifted
     # slice and runs either F.cross_entropy plus the z-loss's logsumexp or the Triton fused kernel, all

@@ -70,6 +70,7 @@ from dpsim.workload.compute import MULTI_GPU_TRAINING_EFFICIENCY  # noqa: E402
 from dpsim.workload.layers import (  # noqa: E402
     has_megatron_count,
     with_attention_kernel,
+    with_alltoall_sort,
     with_eager_multihot,
     with_lm_loss,
     with_packed_samples,
@@ -537,6 +538,9 @@ def _build_model(row: dict) -> ModelSpec:
         model = with_unpadded_attention(model)
     if eager_multihot(row):
         model = with_eager_multihot(model)
+    if alltoall_sort(row):
+        # Megatron-Core's alltoall dispatcher sorts the received rows by local expert and back.
+        model = with_alltoall_sort(model, etp=int(row["etp"] or 1))
     stats = packed_sample_stats(row)
     if stats:
         # ms-swift's --packing hands Megatron-Core each sample's boundaries (cu_seqlens): one causal
@@ -589,6 +593,20 @@ def eager_multihot(row: dict) -> bool:
     commit = re.search(r"\bmain\(([0-9a-f]{7,40})\)", row["framework_version"])
     text = row["source"] + " " + row["notes"]
     return bool(commit) and commit.group(1)[:8] in EAGER_MULTIHOT_COMMITS and "dispatcher DeepEP" in text
+
+
+ALLTOALL_DISPATCHER = re.compile(r"dispatcher A2A|token dispatcher alltoall|alltoall dispatcher")
+"""Text of a Megatron-Core row naming the ``alltoall`` token dispatcher (the ModelZoo's ``A2A`` column,
+ms-swift's default ``moe_token_dispatcher_type``)."""
+
+
+def alltoall_sort(row: dict) -> bool:
+    """Whether the row ran Megatron-Core's ``alltoall`` dispatcher with more than one expert a rank, so
+    that it sorts the received rows by local expert and back (:data:`dpsim.workload.layers.ALLTOALL_SORT_OPS`)."""
+    if not row["framework"].startswith("Megatron-Core") or not row["moe_experts"]:
+        return False
+    local = int(row["moe_experts"]) // int(row["ep"] or 1)
+    return local > 1 and bool(ALLTOALL_DISPATCHER.search(row["source"] + " " + row["notes"]))
 
 
 LM_LOSS_PATHS = {

@@ -987,6 +987,55 @@ def with_eager_multihot(model: ModelSpec) -> ModelSpec:
     return replace(model, layers=tuple(layers))
 
 
+ALLTOALL_SORT_OPS = ("experts.sort_chunks", "experts.unsort_chunks")
+"""The second permutation of Megatron-Core's ``alltoall`` token dispatcher (``MoEAlltoAllTokenDispatcher``),
+which the flex (DeepEP) dispatcher does not run: after the all-to-all (and the expert-tensor-parallel
+all-gather) the received rows arrive grouped by source rank and are sorted by local expert ("Permutation 2:
+Sort tokens by local expert", ``sort_chunks_by_idxs``), and before the combine they are put back in source
+order ("Unpermutation 2"), whenever a rank holds more than one expert (``num_local_experts > 1``)
+(NVIDIA/Megatron-LM core_r0.11.0 ``megatron/core/transformer/moe/token_dispatcher.py`` lines 536-557 and
+585-605, main 1e057005959b lines 537-571 and 600-620). Unfused, ``torch.split`` into views and one ``torch.cat`` in the new order (a copy: read and
+write every row; its backward, the split's gradient, concatenates back, another copy); with
+``--moe-permute-fusion`` TransformerEngine's ``fused_sort_chunks_by_index`` moves the same rows once each
+way. Either way a read and a write of every received row, forward and backward."""
+
+
+def alltoall_sort_ops(routed_elements: float, etp: int = 1) -> list[MemoryOp]:
+    """:data:`ALLTOALL_SORT_OPS` over ``routed_elements`` (routed copies x hidden per sample, what
+    ``experts.permute`` streams) gathered over ``etp`` expert-tensor ranks: one read and one write of each
+    element forward, the same backward."""
+    if etp < 1:
+        raise ConfigError(f"etp: {etp!r} is not a positive integer")
+    return [MemoryOp(name=n, elements=routed_elements * etp, forward=((2, "act"),), backward=((2, "act"),))
+            for n in ALLTOALL_SORT_OPS]
+
+
+def with_alltoall_sort(model: ModelSpec, *, etp: int = 1) -> ModelSpec:
+    """``model`` as Megatron-Core's ``alltoall`` dispatcher runs its MoE layers on ranks holding more than one
+    expert: :data:`ALLTOALL_SORT_OPS` after ``experts.permute`` (the sort, before the grouped GEMMs) and before
+    ``experts.unpermute`` (the unsort), each over the rank's received rows gathered over ``etp``
+    (:func:`alltoall_sort_ops`). The caller applies it only where ``experts / ep > 1`` (with one local expert
+    the dispatcher skips both). Layers without routed experts, and layers that already have the sort, are
+    left as they are."""
+    layers = []
+    for layer in model.layers:
+        names = [op.name for op in layer.ops]
+        if "experts.permute" not in names or ALLTOALL_SORT_OPS[0] in names:
+            layers.append(layer)
+            continue
+        permute = layer.ops[names.index("experts.permute")]
+        sort, unsort = alltoall_sort_ops(permute.elements, etp)
+        ops = []
+        for op in layer.ops:
+            if op.name == "experts.unpermute":
+                ops.append(unsort)
+            ops.append(op)
+            if op.name == "experts.permute":
+                ops.append(sort)
+        layers.append(replace(layer, ops=tuple(ops)))
+    return replace(model, layers=tuple(layers))
+
+
 def moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
                          shared_ffn: int) -> float:
     """Bytes an MoE layer keeps for backward per sample (2 bytes per element, b = 1): its norm
