@@ -331,6 +331,18 @@ def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: Check
     return float(_saved_at_forward_end(model, policy, fsdp_unit, lambda l: fp8_weight_numel(l, precision.fp8)) * per)
 
 
+def fp8_param_weight_bytes(numel: float, fp8_numel: float, precision: Precision,
+                           architecture: str) -> tuple[float, float]:
+    """``(weights, of them the FP8 linears')``: the bytes of ``numel`` unsharded parameters on one GPU,
+    ``fp8_numel`` of them FP8 linear weights, under FP8 primary weights (``--fp8-params``) with a
+    distributed optimizer that keeps every parameter whole (zero1: a layout's stage, or data parallelism
+    alone). The FP8 copies TE keeps for the step are the parameters themselves (and, on Hopper, their
+    cached transpose: :func:`~dpsim.workload.fp8.saved_fp8_weight_bytes_per_element` cached), which
+    replace the 16-bit weights of the FP8 linears; the rest stay in the parameter dtype."""
+    fp8 = fp8_numel * saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=True)
+    return (numel - fp8_numel) * precision.weight_bytes + fp8, fp8
+
+
 def _saved_at_forward_end(model: ModelSpec, policy: CheckpointPolicy, fsdp_unit: str, numel) -> int:
     """``numel(layer)`` summed as a copy saved for backward is held: every layer's without
     checkpointing; under it, the layers outside the checkpointed blocks and the largest such block
@@ -503,8 +515,10 @@ def memory_breakdown(
                                                     fsdp_unit=fsdp_unit, checkpointing=checkpointing,
                                                     precision=precision, fp8_inputs=False)
         fp8_inputs = act - (kept + working) * micro_batch * act_scale if loss_impl == "fused" else 0.0
-    act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
-                                  gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
+    # zero1 with FP8 primary weights: those copies are the parameters (fp8_param_weight_bytes, in the weights).
+    if not (precision.fp8_params and strategy == "zero1"):
+        act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
+                                      gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
     act += autocast_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
                                  cached=not (record.family == "fsdp" and version == "1"))
     if strategy == "ddp":
@@ -588,6 +602,11 @@ def memory_breakdown(
                 weights = (psi - fp8_full) * w + fp8_weights + (0 if precision.master_bytes else shard * w)
             else:
                 weights += fp8_weights
+    if precision.fp8_params and strategy == "zero1":
+        # The distributed optimizer keeps every parameter whole, as a layout's zero1 stage does (one count:
+        # fp8_param_weight_bytes); the fp32 master and Adam state stay in the sharded optimizer (k).
+        weights, fp8_weights = fp8_param_weight_bytes(psi, layers_fp8_weight_numel(model, range(len(model.layers))),
+                                                      precision, gpu.architecture)
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
@@ -1023,11 +1042,10 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
             act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
         fp8_weights = 0.0
+        weights = numel * w
         if precision.fp8_params:
-            # FP8 primary weights: the FP8 copies TE keeps for the step are the parameters themselves (and, on
-            # Hopper, their cached transpose), which replace the 16-bit weights of the FP8 linears.
             fp8_numel = stage_fp8_weight_numel(tpm, assignment[s], precision)
-            fp8_weights = fp8_numel * saved_fp8_weight_bytes_per_element(precision.fp8, gpu.architecture, cached=True)
+            weights, fp8_weights = fp8_param_weight_bytes(numel, fp8_numel, precision, gpu.architecture)
         else:
             act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
@@ -1039,9 +1057,7 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
         opt = shard * k if shards_optimizer else numel * k
         if internlm:  # whole parameters, greedily, within the ZERO1 group: the largest share's state
             opt = internlm[s].largest_owned * k
-        weights, grads, buffers = numel * w, numel * g, 0
-        if fp8_weights:
-            weights = (numel - fp8_numel) * w + fp8_weights
+        grads, buffers = numel * g, 0
         if resharded:
             # Only the shards persist; the current and the prefetched unit are gathered, and the
             # unit being reduced holds its unsharded gradient (the data-parallel path's working set).

@@ -12,7 +12,18 @@ from dpsim.plan.planner import plan_layouts
 from dpsim.predict import PredictConfig, predict
 from dpsim.predict.run import memory_for_config
 from dpsim.workload.catalog import get_model
-from dpsim.workload.fp8 import fp8_saved_input_elements, fp8_weight_numel, get_fp8_recipe
+from dpsim.hardware import get_gpu
+from dpsim.memory import layout_stage_memory
+from dpsim.strategies.layout import Layout, stage_assignment
+from dpsim.strategies.shards import deepspeed_partition_numel
+from dpsim.strategies.tensor import tp_model
+from dpsim.workload.fp8 import (
+    fp8_saved_input_elements,
+    fp8_weight_numel,
+    get_fp8_recipe,
+    saved_fp8_weight_bytes_per_element,
+)
+from dpsim.workload.precision import get_precision
 
 # GPT-2 (124M): 12 blocks of c_attn 768 x 2304, c_proj 768 x 768, c_fc 768 x 3072, c_proj 3072 x 768.
 H, S, BLOCKS = 768, 1024, 12
@@ -125,9 +136,11 @@ def test_fsdp2_gathers_halve_the_fp8_linear_weights():
     ({}, "--fp8-params: keeps the FP8 linears' weights in FP8 and needs an FP8 recipe"),
     ({"fp8": "torchao-tensorwise"}, "--fp8-params: FP8 primary weights are TransformerEngine's"),
     ({"fp8": "te-delayed", "precision": "amp-bf16"}, "--fp8-params: needs 16-bit parameters with an fp32 master"),
-    ({"fp8": "te-delayed", "tp": 1, "global_batch": None, "sequence_parallel": False},
-     "--fp8-params: runs with a distributed optimizer"),
+    ({"fp8": "te-delayed", "tp": 1, "global_batch": None, "sequence_parallel": False, "strategy": "fsdp"},
+     "--strategy fsdp --fsdp-version 1 without --tp/--pp/--cp is not one"),
     ({"fp8": "te-delayed", "strategy": "ddp"}, "--fp8-params: runs with a distributed optimizer"),
+    ({"fp8": "te-delayed", "strategy": "ddp", "tp": 1, "global_batch": None, "sequence_parallel": False},
+     "--strategy ddp without --tp/--pp/--cp is not one"),
 ])
 def test_refusals_are_one_line_naming_the_flag(kw, message):
     with pytest.raises(ConfigError) as err:
@@ -140,3 +153,71 @@ def test_off_by_default_and_named_only_when_set():
     assert not config.execution.fp8_params
     assert "fp8_params" not in config.to_dict()
     assert PredictConfig(**LAYOUT, fp8="te-delayed", fp8_params=True).to_dict()["fp8_params"] is True
+
+
+# Data parallelism alone: zero1 is Megatron-Core's distributed optimizer at tp = pp = cp = 1 (MLPerf's Llama 3.1
+# 8B, NeMo FP8_PARAM_GATHER with USE_DIST_OPTIMIZER), the same mechanism and count as a layout's zero1 stage.
+DP = dict(gpus=8, link="infiniband", model="gpt2", micro_batch=2, strategy="zero1", precision="bf16-params", steps=1)
+
+
+def _dp(gpu="h100", **kw):
+    return predict(PredictConfig(**{**DP, "gpu": gpu, **kw}))
+
+
+def test_data_parallel_zero1_fp8_params_are_a_hand_count():
+    """GPT-2 on 8 GPUs, every parameter whole on each: psi - F 16-bit weights and F = 12 x BLOCK_FP8 FP8 ones,
+    each the FP8 parameter and (Hopper) its cached transpose, 2 bytes, so the weights weigh what bf16's do and
+    the FP8 copies TE saves for backward (in the activations without --fp8-params) are gone. On Blackwell (no
+    transpose) F bytes fewer than bf16. Gradients and the sharded fp32 master and Adam state as before."""
+    f = BLOCKS * BLOCK_FP8
+    psi = get_model("gpt2").param_count
+    te, params = _dp(fp8="te-delayed").memory, _dp(fp8="te-delayed", fp8_params=True).memory
+    assert params.weights_bytes == 2 * (psi - f) + 2 * f == te.weights_bytes
+    assert params.fp8_weights_bytes == 2 * f
+    assert (params.gradients_bytes, params.optimizer_bytes) == (te.gradients_bytes, te.optimizer_bytes)
+    assert params.optimizer_bytes == deepspeed_partition_numel(psi, 8) * (4 + 4 + 4)  # fp32 master, m, v
+    saved = f * saved_fp8_weight_bytes_per_element(get_fp8_recipe("te-delayed"), "hopper", cached=False)
+    assert te.activations_bytes - params.activations_bytes == saved > 0
+    bf16, b200 = _dp(gpu="b200").memory, _dp(gpu="b200", fp8="te-delayed", fp8_params=True).memory
+    assert bf16.weights_bytes - b200.weights_bytes == f
+    assert b200.fp8_weights_bytes == f
+
+
+def test_data_parallel_zero1_counts_as_a_tp1_layout_stage():
+    """The same job through the layout path (tp = pp = 1, zero1 over 8 replicas): the same weights, FP8
+    weights, gradients and sharded optimizer state (one count, fp8_param_weight_bytes). Activations and
+    buffers are each path's own framework model (DeepSpeed's buckets, Megatron-Core's fused TE layers)."""
+    model = get_model("gpt2")
+    precision = get_precision("bf16-params", "te-delayed", strategy="zero1", layout=True, fp8_params=True)
+    layout = Layout(tp=1, pp=1, dp=8, micro_batches=1, micro_batch=2, strategy="zero1")
+    tpm = tp_model(model, 1)
+    (stage,) = layout_stage_memory(tpm, stage_assignment(tpm, layout), layout, get_gpu("h100"), precision=precision,
+                                   optimizer="adamw", in_flight=[[1]])
+    dp = _dp(fp8="te-delayed", fp8_params=True).memory
+    lay = stage.breakdown
+    assert (lay.weights_bytes, lay.fp8_weights_bytes, lay.gradients_bytes) == \
+        (dp.weights_bytes, dp.fp8_weights_bytes, dp.gradients_bytes)
+    assert lay.optimizer_bytes == pytest.approx(dp.optimizer_bytes, abs=12 * 8)  # DeepSpeed's alignment padding
+
+
+def test_data_parallel_zero1_gathers_the_updated_parameters_in_fp8():
+    """The post-step all-gather of the updated parameters moves the FP8 linears' weights in one byte: F bytes
+    fewer (the same gathered_weight_bytes as the layout path); the reduce-scatter of bf16 gradients as before."""
+    f = BLOCKS * BLOCK_FP8
+    te = _dp(fp8="te-delayed").comm_bytes_by_op
+    params = _dp(fp8="te-delayed", fp8_params=True).comm_bytes_by_op
+    assert te["all_gather"] - params["all_gather"] == pytest.approx(f, rel=1e-12)
+    assert params["reduce_scatter"] == te["reduce_scatter"]
+
+
+def test_data_parallel_zero1_plan_memory_is_predicts():
+    base = PredictConfig(**{k: v for k, v in DP.items() if k != "strategy"}, gpu="h100", fp8="te-delayed",
+                         fp8_params=True)
+    result = plan_layouts(base, gpus=[8], global_batch=16, tps=[1], pps=[1], strategies=["zero1"],
+                          micro_batches=[2], recomputes=["off"], verify=0)
+    (estimate,) = [e for e in result.ranked if e.candidate.tp == 1 and e.candidate.strategy == "zero1"]
+    config = estimate.candidate.config(base)
+    assert config.execution.fp8_params and not config.parallelism.layout_active
+    mem = memory_for_config(config)[0]
+    assert estimate.memory_bytes == pytest.approx(mem.total_bytes, rel=1e-12)
+    assert mem.fp8_weights_bytes == 2 * BLOCKS * BLOCK_FP8

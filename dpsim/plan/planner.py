@@ -1182,7 +1182,9 @@ class Planner:
                 sizes[-1] += padded - self.model.param_count
                 ops = [self.cost(gc, "dp", "reduce_scatter", n * g) for n in sizes]
                 layers = [min(owner[q.name] for q in bk) for bk in buckets]
-                gather = self.cost(gc, "dp", "all_gather", padded * w)
+                # FP8 primary weights gather the FP8 linears' weights in FP8 (predict's zero1 program).
+                gather = self.cost(gc, "dp", "all_gather", gathered_weight_bytes(
+                    padded, layers_fp8_weight_numel(self.model, range(len(self.model.layers))), w, self.precision.fp8))
             hit = self._steady[key] = (tuple(zip(layers, ops)), compute, before, after, gather, per_mb)
         buckets, compute, before, after, gather, per_mb = hit
         total = sum(op for _, op in buckets)

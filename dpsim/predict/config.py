@@ -518,7 +518,8 @@ class ExecutionConfig:
     with a te-* or mxfp8 --fp8 and an fp32 master copy (bf16-params, bf16-fp32-grads, fp16-params): the FP8
     linears' weights are held in FP8 with no 16-bit copy, the master copy and optimizer state stay in the
     sharded optimizer, and the distributed optimizer's or FSDP's parameter all-gather moves FP8. Runs with
-    zero1 (the distributed optimizer) or fsdp in a --tp/--pp/--cp layout, or fsdp --fsdp-version 2. Sets
+    zero1 (the distributed optimizer, with or without --tp/--pp/--cp), fsdp in a --tp/--pp/--cp layout, or
+    fsdp --fsdp-version 2. Sets
     weight memory and all-gather sizes. Left out: weights in the precision's dtype."""
     compile: bool = False
     """The model runs under torch.compile (Inductor): each chain of element-wise and reduction ops between

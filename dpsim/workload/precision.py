@@ -285,8 +285,8 @@ def get_precision(name: str, fp8: str | None = None, *, strategy: str = "ddp", f
     return replace(precision, fp8=recipe)
 
 
-FP8_PARAMS_STRATEGIES = "a distributed optimizer (--strategy zero1 with --tp/--pp/--cp) or FSDP2 (--strategy fsdp " \
-                        "--fsdp-version 2, or fsdp/fsdp-hybrid with --tp/--pp/--cp)"
+FP8_PARAMS_STRATEGIES = "a distributed optimizer (--strategy zero1, with or without --tp/--pp/--cp) or FSDP2 " \
+                        "(--strategy fsdp --fsdp-version 2, or fsdp/fsdp-hybrid with --tp/--pp/--cp)"
 """Where ``--fp8-params`` runs: Megatron-LM refuses ``--fp8-param-gather`` elsewhere ("--fp8-param-gather only
 supported with distributed optimizer or torch fsdp2", NVIDIA/Megatron-LM megatron/training/arguments.py): the
 FP8 parameters are updated by re-quantizing the optimizer's fp32 master shards."""
@@ -312,10 +312,14 @@ def check_fp8_params(precision: Precision, fp8: str | None) -> None:
 def check_fp8_params_strategy(strategy: str, *, fsdp_version: str, layout: bool) -> None:
     """Refuse ``--fp8-params`` under a strategy without a sharded optimizer to hold the master copy
     (:data:`FP8_PARAMS_STRATEGIES`)."""
-    ok = strategy in ("zero1", "fsdp", "fsdp-hybrid") if layout else (strategy.startswith("fsdp") and fsdp_version == "2")
+    # Data parallelism alone: zero1 is Megatron-Core's distributed optimizer at tp = pp = cp = 1 (the same
+    # mechanism as a layout's); DDP keeps no master shard and FSDP1 has no FP8 parameters.
+    ok = strategy in ("zero1", "fsdp", "fsdp-hybrid") if layout else \
+        strategy == "zero1" or (strategy.startswith("fsdp") and fsdp_version == "2")
     if not ok:
-        raise ConfigError(f"--fp8-params: runs with {FP8_PARAMS_STRATEGIES}; --strategy {strategy}"
-                          f"{'' if layout else f' (--fsdp-version {fsdp_version}, no --tp/--pp/--cp)'} is not one")
+        version = f" --fsdp-version {fsdp_version}" if strategy.startswith("fsdp") else ""
+        raise ConfigError(f"--fp8-params: runs with {FP8_PARAMS_STRATEGIES}; --strategy {strategy}{version}"
+                          f"{'' if layout else ' without --tp/--pp/--cp'} is not one")
 
 
 def check_optimizer(name: str) -> str:
