@@ -55,7 +55,7 @@ def test_the_pipeline_and_the_planner_gather_the_same_bytes(precision, fp8, fp8_
     dp = DataParallelPlan(strategy=strategy, dp=8, overlap=True, bucket_elements=100, grad_bytes=p.grad_bytes,
                           weight_bytes=p.weight_bytes, fp8=p.fp8)
     planner = Planner(PredictConfig(model="gpt2", gpus=8, precision=precision, fp8=fp8, fp8_params=fp8_params,
-                                    gpu="h100", link="dgx-h100"))
+                                    gpu="h100", link="aws-p5"))
     recipe = planner.gather_fp8(strategy, True)
     for numel, fp8_numel in ((1000, 600), (1000, 0), (1000, 1500), (7.5e8, 3.1e8)):
         one = gathered_weight_bytes(numel, fp8_numel, p.weight_bytes, p.fp8)
@@ -103,3 +103,90 @@ def test_plan_with_fp8_params_on_one_gpu_says_why(capsys):
     """One GPU has only ddp, which cannot hold FP8 primary weights: one line saying so, not a misleading
     'no layout exists'."""
     _refused(_PLAN + ["--gpus", "1", "--global-batch", "8"], capsys, "--fp8-params")
+
+
+def test_the_api_plan_leaves_out_the_same_layouts():
+    """``dpsim.plan(PredictConfig(..., fp8_params=True))`` as the command line: every layout one predict takes,
+    a ``strategies`` of ddp refused."""
+    import dpsim
+
+    config = dpsim.PredictConfig(model="llama-2-7b", gpu="h100", precision="bf16-params", fp8="te-delayed",
+                                 fp8_params=True)
+    result = dpsim.plan(config, gpus=[16], global_batch=256, verify=0, top=1000)
+    assert result.ranked and all(_predict_accepts(
+        {"tp": e.candidate.tp, "pp": e.candidate.pp, "cp": e.candidate.cp, "ep": e.candidate.ep,
+         "etp": e.candidate.etp, "strategy": e.candidate.strategy}) for e in result.ranked)
+    with pytest.raises(dpsim.ConfigError, match="--fp8-params"):
+        dpsim.plan(config, gpus=[16], global_batch=256, verify=0, strategies=["ddp"])
+
+
+# --- 3. --fp8-params on every command that takes precision flags ------------------------------------------------------
+_JOB = ["--model", "llama-2-7b", "--gpu", "h100", "--gpus", "8", "--link", "aws-p5", "--precision", "bf16-params",
+        "--strategy", "zero1", "--steps", "1"]
+
+
+@pytest.mark.parametrize("command", ["predict", "memory", "goodput", "report"])
+@pytest.mark.parametrize("flags, named", [
+    (["--fp8-params"], "needs an FP8 recipe"),
+    (["--fp8", "torchao-tensorwise", "--fp8-params"], "torchao"),
+    (["--fp8", "te-delayed", "--fp8-params", "--strategy", "ddp"], "--strategy ddp"),
+    (["--fp8", "te-delayed", "--fp8-params", "--precision", "amp-bf16"], "amp-bf16"),
+])
+def test_every_command_refuses_fp8_params_without_what_it_needs(command, flags, named, capsys, tmp_path):
+    """Checked: one line naming ``--fp8-params`` on every command (report writes nothing)."""
+    extra = ["-o", str(tmp_path / "r.html")] if command == "report" else []
+    _refused([command] + _JOB + flags + extra, capsys, "--fp8-params", named)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_sweep_axes_refuse_fp8_params_by_point(capsys):
+    """A sweep names the point and the flag; ``--skip-invalid`` records it on that row alone."""
+    _refused(["sweep"] + _JOB + ["--axis", "fp8_params=true,false"], capsys, "fp8_params=True", "--fp8-params")
+    _refused(["sweep"] + _JOB + ["--axis", "fp8_params=maybe", "--axis", "fp8=te-delayed"], capsys,
+             "fp8_params", "maybe")
+    rows = _json(["sweep"] + _JOB + ["--axis", "fp8=te-delayed", "--axis", "fp8_params=true",
+                                     "--strategy", "ddp,zero1", "--skip-invalid", "--json"], capsys)
+    rows = rows if isinstance(rows, list) else rows["rows"]
+    by = {r["strategy"]: r for r in rows}
+    assert "--fp8-params" in by["ddp"]["error"] and by["zero1"]["error"] is None
+
+
+def test_predict_api_and_cli_agree_with_fp8_params(capsys):
+    """``dpsim.predict(PredictConfig(...))`` == ``dpsim predict``; ``memory --json`` == ``dpsim.memory_report`` and
+    names its FP8 parts (the FP8 weights inside the weights, the FP8-saved inputs inside the activations)."""
+    import dpsim
+
+    fp8 = ["--fp8", "te-delayed", "--fp8-params"]
+    cli = _json(["predict"] + _JOB + fp8 + ["--json"], capsys)
+    config = dpsim.PredictConfig(model="llama-2-7b", gpu="h100", gpus=8, link="aws-p5", precision="bf16-params",
+                                 strategy="zero1", steps=1, fp8="te-delayed", fp8_params=True)
+    assert dpsim.predict(config).step_time_s == cli["step_time_s"]
+    memory = _json(["memory"] + _JOB + fp8 + ["--json"], capsys)
+    report = dpsim.memory_report(config)
+    assert memory["total_bytes"] == report.memory.total_bytes
+    assert 0 < memory["fp8_weights_bytes"] <= memory["weights_bytes"]
+    assert memory["fp8_inputs_bytes"] < 0
+    with pytest.raises(dpsim.ConfigError, match="--fp8-params"):
+        dpsim.predict(dpsim.PredictConfig(model="llama-2-7b", gpus=8, fp8="torchao-tensorwise", fp8_params=True,
+                                          precision="bf16-params", strategy="zero1"))
+
+
+# --- 2b. plan's tensor/pipeline candidates run the job's FP8 primary weights ---------------------------------------------
+@pytest.mark.parametrize("strategy", ["zero1", "fsdp"])
+def test_plan_costs_a_layouts_memory_with_fp8_params_as_predict(strategy):
+    """Before: the planner resolved a tensor/pipeline candidate's precision (``strategy_precision``) without
+    ``--fp8-params``: gpt2 at tp 2 on 8 GPUs was charged TransformerEngine's per-step FP8 weight cache on top of
+    bf16 weights (3,381,093,120 B a GPU) where predict charges the FP8 primary weights (3,296,158,464 B);
+    tests/test_fp8_params.py::test_plan_charges_what_predict_charges failed on main since the fp8dp merge."""
+    from dpsim.plan.planner import plan_layouts
+    from dpsim.predict import PredictConfig
+    from dpsim.predict.run import memory_for_config
+
+    base = PredictConfig(gpus=8, link="infiniband", model="gpt2", micro_batch=2, steps=1, precision="bf16-params",
+                         fp8="te-delayed", fp8_params=True)
+    result = plan_layouts(base, gpus=[8], global_batch=16, tps=[2], pps=[1], strategies=[strategy],
+                          micro_batches=[2], recomputes=["off"], sequence_parallel=True, verify=0)
+    (estimate,) = [e for e in result.ranked if e.candidate.tp == 2]
+    mem = memory_for_config(estimate.candidate.config(base))[0]
+    assert mem.fp8_weights_bytes > 0
+    assert estimate.memory_bytes == pytest.approx(mem.total_bytes, rel=1e-12)

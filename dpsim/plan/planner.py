@@ -1704,14 +1704,17 @@ class Planner:
         """The precision a tensor/pipeline candidate of ``strategy`` runs, as ``predict`` resolves it for that
         strategy: its ``fsdp`` gathers the float8 weights (:func:`~dpsim.workload.fp8.fp8_all_gather`), cast once
         on the shard rather than in every forward, which the base config's strategy (ddp unless given) does not
-        (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's); cached."""
+        (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's), with the
+        job's FP8 primary weights (``--fp8-params``: left out, a layout was charged TE's per-step FP8 weight cache on
+        top of 16-bit weights); cached."""
         key = ("layout precision", strategy)
         hit = self._steady.get(key)
         if hit is None:
             b = self.base
             hit = self._steady[key] = get_precision(b.execution.precision, b.execution.fp8, strategy=strategy,
                                                     fsdp_version=b.parallelism.fsdp_version,
-                                                    compile=b.execution.compile, layout=True)
+                                                    compile=b.execution.compile, layout=True,
+                                                    fp8_params=b.execution.fp8_params)
         return hit
 
     def gather_fp8(self, strategy: str, layout: bool):
