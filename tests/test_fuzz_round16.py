@@ -190,3 +190,44 @@ def test_plan_costs_a_layouts_memory_with_fp8_params_as_predict(strategy):
     mem = memory_for_config(estimate.candidate.config(base))[0]
     assert mem.fp8_weights_bytes > 0
     assert estimate.memory_bytes == pytest.approx(mem.total_bytes, rel=1e-12)
+
+
+# --- 4. accuracy_large_models.py --only: a bad id, an empty list, a row not predicted -----------------------------------
+def _alm():
+    import sys
+
+    sys.path.insert(0, str(REPO / "validation"))
+    import accuracy_large_models
+
+    return accuracy_large_models
+
+
+@pytest.mark.parametrize("only, named", [
+    ("R999", "R999"),
+    ("R001,R999,R998", "R999, R998"),
+    ("r001", "R001"),  # the id as the rows spell it, suggested
+    (",", "names no row"),
+    (" , ", "names no row"),
+])
+@pytest.mark.parametrize("decompose", [True, False])
+def test_only_refuses_an_id_it_does_not_have(only, named, decompose, capsys):
+    """Before: ``--decompose --only R999`` printed "R999: no such row" and exited 0 (a script checking the exit
+    status saw success); ``--only ,`` looked for a row called "" the same way; without ``--decompose``,
+    ``--only R999`` ran the table over no row ("0 rows, median |error| nan %") and exited 0. Now one line on
+    stderr naming the ids, exit status 2, nothing decomposed or evaluated."""
+    alm = _alm()
+    argv = (["--decompose"] if decompose else ["--no-loso"]) + ["--only", only]
+    assert alm.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and "--only" in err and named in err, err
+
+
+def test_only_takes_ids_with_spaces_around_them(capsys):
+    """``--only "R141, R999"``-style lists are split and stripped; a row the table does not predict (R141: out of
+    dpsim's scope) is one line saying why, as the table lists it, not a decomposition of a step it does not
+    claim."""
+    alm = _alm()
+    assert alm.main(["--decompose", "--only", " R141 "]) == 0
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and out.startswith("R141: not predicted: "), out
