@@ -231,3 +231,16 @@ def test_only_takes_ids_with_spaces_around_them(capsys):
     assert alm.main(["--decompose", "--only", " R141 "]) == 0
     out = capsys.readouterr().out.strip()
     assert len(out.splitlines()) == 1 and out.startswith("R141: not predicted: "), out
+
+
+def test_accuracy_layouts_only_refuses_an_id_it_does_not_have(capsys):
+    """Before: ``validation/accuracy_layouts.py --only R999`` ended in a ``StatisticsError: no median for empty
+    data`` traceback. The same one line as accuracy_large_models.py's, exit status 2."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "validation"))
+    import accuracy_layouts
+
+    assert accuracy_layouts.main(["--only", "R999"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "--only: R999 is not a row" in err, err

@@ -1649,23 +1649,6 @@ def decomposition_lines(row: dict) -> list[str]:
     return lines
 
 
-def only_ids(text: str, all_rows: list[dict]) -> list[str]:
-    """``--only``'s row ids, in the order given (spaces around each dropped, repeats once); :class:`ValueError`
-    naming the ids the rows file has not (with the id as it spells one given in another case) or a list
-    naming none."""
-    ids = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
-    if not ids:
-        raise ValueError(f"--only: {text!r} names no row id; give ROW[,ROW...] (e.g. R001,R145)")
-    known = {r["id"] for r in all_rows}
-    missing = [x for x in ids if x not in known]
-    if missing:
-        spelled = {k.upper(): k for k in known}
-        hints = [f"{x} (did you mean {spelled[x.upper()]}?)" if x.upper() in spelled else x for x in missing]
-        raise ValueError(f"--only: {', '.join(hints)} {'is not a row' if len(missing) == 1 else 'are not rows'} "
-                         f"of {DATA.name} ({len(known)} rows, ids like {min(known)}); give ids it has")
-    return ids
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -1679,10 +1662,12 @@ def main(argv=None) -> int:
                     help="print each --only row's step decomposition (compute per op class, each collective and "
                          "its exposed part, a layout's in-layer communication and bubble, memory) and exit")
     args = ap.parse_args(argv)
+    from row_ids import only_ids
+
     if args.decompose and not args.only:
         ap.error("--decompose needs --only ROW[,ROW...]")
     try:
-        only = only_ids(args.only, rows()) if args.only else None
+        only = only_ids(args.only, rows(), DATA.name) if args.only else None
     except ValueError as e:
         # One line and a failing status: a bad id printed "no such row" and exited 0 (and without
         # --decompose ran the table over no row: "median |error| nan %").
