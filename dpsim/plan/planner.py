@@ -531,7 +531,8 @@ class PlanResult:
     """Layouts that fit (and meet the budget), best first: the simulated ones by their simulated
     time, then those only estimated (:attr:`Estimate.verified` ``None``) by their estimate."""
     counts: dict
-    """Candidates enumerated, refused by placement, not fitting, over budget, ranked."""
+    """Candidates enumerated, refused by placement, not fitting, over budget, ranked; with ``--fp8-params``
+    also ``no_fp8_params``, the layouts left out for a strategy that cannot hold FP8 primary weights."""
     wall_s: float = field(compare=False)
     """Time the search took (wall clock): neither compared nor in :meth:`to_dict` (``--json``), so that one
     search gives equal results and the same output on every run."""
