@@ -778,11 +778,11 @@ class Planner:
         self._assignments: dict[tuple[int, int, int], tuple] = {}
         self._tpms: dict[tuple, TpModel] = {}
         self.too_long = 0
+        """Candidates left out for more micro-batches than predict simulates (:meth:`_variants`; counted per call)."""
         self.no_fp8_params = 0
         """Layouts left out under ``--fp8-params`` for a strategy that cannot hold FP8 primary weights as predict
         runs it (:func:`~dpsim.workload.precision.check_fp8_params_strategy`: ddp, zero3, FSDP1 without tp/pp/cp;
         counted per call, as :attr:`too_long`)."""
-        """Candidates left out for more micro-batches than predict simulates (:meth:`_variants`; counted per call)."""
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
         self._layer_activations: dict[tuple, dict] = {}
@@ -2597,9 +2597,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
         # A strategy named that holds FP8 primary weights in no layout (predict's rule, with and without one).
         never = [s for s in strategies if not any(planner._holds_fp8_params(s, layout=x) for x in (False, True))]
         if never:
+            one = len(never) == 1
             raise ConfigError(f"--fp8-params: runs with {FP8_PARAMS_STRATEGIES}; --strategies {','.join(never)} "
-                              f"{'is' if len(never) == 1 else 'are'} not one: drop {'it' if len(never) == 1 else 'them'}"
-                              f" or leave --fp8-params out")
+                              f"{'is' if one else 'are'} not one: drop {'it' if one else 'them'} or leave "
+                              f"--fp8-params out")
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
