@@ -84,9 +84,9 @@ def _predict_accepts(row: dict) -> bool:
 
 def test_plan_with_fp8_params_ranks_only_layouts_predict_takes(capsys):
     """Before: ``plan --fp8 te-delayed --fp8-params --gpus 16`` ranked ZeRO-3/MiCS layouts ("tp1 pp1 dp16 mics8",
-    4th and 5th), dp-only HSDP under FSDP1 and 547 ddp ones, each of which ``predict`` refuses ("--fp8-params: runs with a distributed optimizer
-    ... --strategy zero3 is not one"), costed as though they held FP8 primary weights. They are left out and
-    counted; every ranked layout is one predict takes."""
+    4th and 5th), data-parallel HSDP under FSDP1 and 547 ddp ones, each of which ``predict`` refuses
+    ("--fp8-params: runs with a distributed optimizer ... --strategy zero3 is not one"), costed as though they
+    held FP8 primary weights. They are left out and counted; every ranked layout is one predict takes."""
     out = _json(_PLAN + ["--gpus", "16"], capsys)
     rows = out["layouts"]
     assert rows and all(_predict_accepts(r) for r in rows), [r["strategy"] for r in rows if not _predict_accepts(r)]
@@ -171,7 +171,7 @@ def test_predict_api_and_cli_agree_with_fp8_params(capsys):
                                           precision="bf16-params", strategy="zero1"))
 
 
-# --- 2b. plan's tensor/pipeline candidates run the job's FP8 primary weights ---------------------------------------------
+# --- 2b. plan's tensor/pipeline candidates run the job's FP8 primary weights ------------------------------------------
 @pytest.mark.parametrize("strategy", ["zero1", "fsdp"])
 def test_plan_costs_a_layouts_memory_with_fp8_params_as_predict(strategy):
     """Before: the planner resolved a tensor/pipeline candidate's precision (``strategy_precision``) without
@@ -192,7 +192,7 @@ def test_plan_costs_a_layouts_memory_with_fp8_params_as_predict(strategy):
     assert estimate.memory_bytes == pytest.approx(mem.total_bytes, rel=1e-12)
 
 
-# --- 4. accuracy_large_models.py --only: a bad id, an empty list, a row not predicted -----------------------------------
+# --- 4. accuracy_large_models.py --only: a bad id, an empty list, a row not predicted --------------------------------
 def _alm():
     import sys
 

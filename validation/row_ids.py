@@ -1,4 +1,4 @@
-"""``--only ROW[,ROW...]`` of the accuracy scripts: the ids given, checked against the rows file."""
+"""``--only ROW[,ROW...]`` of the accuracy scripts: the ids given, checked against a rows file."""
 
 from __future__ import annotations
 
