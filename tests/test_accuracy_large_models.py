@@ -454,5 +454,7 @@ def test_decompose_needs_rows(capsys):
 
 
 def test_decompose_names_a_row_it_does_not_have(capsys):
-    assert alm.main(["--decompose", "--only", "R999"]) == 0
-    assert capsys.readouterr().out.strip() == "R999: no such row in large_model_runs.csv"
+    # A bad id is the user's error: one line on stderr and a failing status (tests/test_fuzz_round16.py).
+    assert alm.main(["--decompose", "--only", "R999"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--only: R999 is not a row of large_model_runs.csv" in err

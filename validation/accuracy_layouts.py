@@ -396,7 +396,14 @@ def main(argv=None) -> int:
                                                              "uncharged gradient clipping (shard_diagnosis)")
     ap.add_argument("--only", help="comma-separated row ids")
     args = ap.parse_args(argv)
-    selected = [r for r in rows() if not args.only or r["id"] in args.only.split(",")]
+    from row_ids import only_ids
+
+    try:
+        only = only_ids(args.only, rows(), DATA.name) if args.only else None
+    except ValueError as e:  # a bad id ran the table over no row: a StatisticsError traceback
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
+    selected = [r for r in rows() if only is None or r["id"] in only]
     results = [evaluate(r) for r in selected]
     if args.markdown:
         print(markdown(results))

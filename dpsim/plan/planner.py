@@ -186,7 +186,8 @@ from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.fp8 import (caches_fp8_weights, fp8_all_gather, gathered_weight_bytes, gathers_fp8_weights,
                                get_fp8_recipe,
                                layers_fp8_weight_numel)
-from dpsim.workload.precision import check_precision_on_gpu, get_precision
+from dpsim.workload.precision import (FP8_PARAMS_STRATEGIES, check_fp8_params_strategy, check_precision_on_gpu,
+                                      get_precision)
 from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import VariabilitySpec
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
@@ -530,7 +531,8 @@ class PlanResult:
     """Layouts that fit (and meet the budget), best first: the simulated ones by their simulated
     time, then those only estimated (:attr:`Estimate.verified` ``None``) by their estimate."""
     counts: dict
-    """Candidates enumerated, refused by placement, not fitting, over budget, ranked."""
+    """Candidates enumerated, refused by placement, not fitting, over budget, ranked; with ``--fp8-params``
+    also ``no_fp8_params``, the layouts left out for a strategy that cannot hold FP8 primary weights."""
     wall_s: float = field(compare=False)
     """Time the search took (wall clock): neither compared nor in :meth:`to_dict` (``--json``), so that one
     search gives equal results and the same output on every run."""
@@ -777,6 +779,10 @@ class Planner:
         self._tpms: dict[tuple, TpModel] = {}
         self.too_long = 0
         """Candidates left out for more micro-batches than predict simulates (:meth:`_variants`; counted per call)."""
+        self.no_fp8_params = 0
+        """Layouts left out under ``--fp8-params`` for a strategy that cannot hold FP8 primary weights as predict
+        runs it (:func:`~dpsim.workload.precision.check_fp8_params_strategy`: ddp, zero3, FSDP1 without tp/pp/cp;
+        counted per call, as :attr:`too_long`)."""
         self._splits: dict[tuple[int, int, int, int], tuple] = {}
         self._activations: dict[tuple, tuple] = {}
         self._layer_activations: dict[tuple, dict] = {}
@@ -1259,7 +1265,8 @@ class Planner:
         place = [of.get(b[0], (comm, "zrep", shard)) for b in buckets]
         # An expert shard group of one rank gathers and reduce-scatters nothing.
         moved = [q[2] > 1 for q in place]
-        # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gather_bytes).
+        # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (gathered_weight_bytes, as
+        # predict's DataParallelPlan.gather_bytes).
         recipe = self.gather_fp8(c.strategy, True)
         fp8 = self._bucket_fp8[id(buckets)]
         gathers = [self.cost(gc, q[0], "all_gather", self._gather_bytes(b[2], f, recipe)) if x else 0.0
@@ -1286,6 +1293,7 @@ class Planner:
         n_blocks = self.n_blocks
         moe = self.model.moe
         refused = 0
+        no_fp8_params = self.no_fp8_params
         out: list[Candidate] = []
         tp_values = tps or [t for t in _divisors(gpus) if t <= (gpus if self.tp_across_network else domain)]
         for tp in tp_values:
@@ -1339,7 +1347,7 @@ class Planner:
                                               strategies=strategies, micro_batches=micro_batches,
                                               recomputes=recomputes, schedules=schedules,
                                               sequence_parallel=sequence_parallel)
-        return out, {"refused_by_placement": refused}
+        return out, {"refused_by_placement": refused, "no_fp8_params": self.no_fp8_params - no_fp8_params}
 
     def _variants(self, gpus: int, tp: int, cp: int, pp: int, dp: int, ep: int, etp: int = 1, *, global_batch: int,
                   strategies,
@@ -1382,6 +1390,12 @@ class Planner:
                             overlap = ep > 1 and (
                                 (self.moe_a2a_overlap and (pp == 1 or schedule in A2A_OVERLAP_SCHEDULES))
                                 or (schedule == "dualpipe" and self._dual_default(schedules)))
+                            if self.base.execution.fp8_params and not self._holds_fp8_params(strategy,
+                                                                                             layout=sharded):
+                                # predict's own rule (one validator), with the layout predict's command for it
+                                # runs: the search ranked ddp, ZeRO-3/MiCS and FSDP1 layouts predict refuses.
+                                self.no_fp8_params += 1
+                                continue
                             out.append(Candidate(gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                                                  experts=self.model.moe is not None, strategy=strategy,
                                                  micro_batch=mb, recompute=recompute, schedule=schedule,
@@ -1433,6 +1447,14 @@ class Planner:
                 continue
             out.append((strategy, None))
         return out
+
+    def _holds_fp8_params(self, strategy: str, *, layout: bool) -> bool:
+        """Whether ``strategy`` holds FP8 primary weights (``--fp8-params``) as predict runs it."""
+        try:
+            check_fp8_params_strategy(strategy, fsdp_version=self.base.parallelism.fsdp_version, layout=layout)
+        except ConfigError:
+            return False
+        return True
 
     def shard_groups(self, gpus: int, dp: int, tp: int = 1) -> list[int]:
         """HSDP's shard groups searched on ``dp`` data-parallel ranks: ``gpus_per_node x 2^k`` consecutive
@@ -1683,14 +1705,17 @@ class Planner:
         """The precision a tensor/pipeline candidate of ``strategy`` runs, as ``predict`` resolves it for that
         strategy: its ``fsdp`` gathers the float8 weights (:func:`~dpsim.workload.fp8.fp8_all_gather`), cast once
         on the shard rather than in every forward, which the base config's strategy (ddp unless given) does not
-        (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's); cached."""
+        (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's), with the
+        job's FP8 primary weights (``--fp8-params``: left out, a layout was charged TE's per-step FP8 weight cache on
+        top of 16-bit weights); cached."""
         key = ("layout precision", strategy)
         hit = self._steady.get(key)
         if hit is None:
             b = self.base
             hit = self._steady[key] = get_precision(b.execution.precision, b.execution.fp8, strategy=strategy,
                                                     fsdp_version=b.parallelism.fsdp_version,
-                                                    compile=b.execution.compile, layout=True)
+                                                    compile=b.execution.compile, layout=True,
+                                                    fp8_params=b.execution.fp8_params)
         return hit
 
     def gather_fp8(self, strategy: str, layout: bool):
@@ -1711,8 +1736,7 @@ class Planner:
     def _gather_bytes(self, numel: float, fp8_numel: float, recipe) -> float:
         """One all-gather's bytes: ``fp8_numel`` of its ``numel`` parameters in one byte under ``recipe``'s float8
         all-gather (:meth:`gather_fp8`; ``None``: all in the parameters' dtype)."""
-        w = self.precision.weight_bytes
-        return numel * w if recipe is None else gathered_weight_bytes(numel, fp8_numel, w, recipe)
+        return gathered_weight_bytes(numel, fp8_numel, self.precision.weight_bytes, recipe)
 
     def stage_dp(self, gc: GroupCollectives, tab: _Tables, assignment, s: int, *, strategy: str, bucket: int,
                  grad_group: int, edp: int, overlap: bool,
@@ -2569,6 +2593,14 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             # The names against each GPU count's cluster (node<K> beyond the smallest one is named with it),
             # and --calibration's refusal, before any layout is searched.
             planner.factory(n)
+    if base.execution.fp8_params and strategies:
+        # A strategy named that holds FP8 primary weights in no layout (predict's rule, with and without one).
+        never = [s for s in strategies if not any(planner._holds_fp8_params(s, layout=x) for x in (False, True))]
+        if never:
+            one = len(never) == 1
+            raise ConfigError(f"--fp8-params: runs with {FP8_PARAMS_STRATEGIES}; --strategies {','.join(never)} "
+                              f"{'is' if one else 'are'} not one: drop {'it' if one else 'them'} or leave "
+                              f"--fp8-params out")
     if planner.moe_a2a_overlap and planner.model.moe is None:
         raise ConfigError(f"--moe-a2a-overlap: hides a mixture of experts' all-to-alls, but {planner.model.name} is "
                           f"dense; leave it out or give a model with experts= (e.g. --model mixtral-8x7b)")
@@ -2613,11 +2645,17 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                                          cps=cps, eps=eps, etps=etps)
         counts["candidates"] += len(cands)
         counts["refused_by_placement"] += info["refused_by_placement"]
+        if base.execution.fp8_params:
+            counts["no_fp8_params"] = counts.get("no_fp8_params", 0) + info["no_fp8_params"]
         if counts["candidates"] > MAX_PLAN_CANDIDATES:
             raise ConfigError(f"--gpus: {counts['candidates']:,}+ layouts to search is not valid; expected at most "
                               f"{MAX_PLAN_CANDIDATES:,}: narrow the search with fewer --gpus, --tp, --pp, "
                               f"--micro-batches, --recompute or --schedules values")
         searches.append((n, cands))
+    if not counts["candidates"] and counts.get("no_fp8_params"):
+        raise ConfigError(f"--fp8-params: runs with {FP8_PARAMS_STRATEGIES}, and no layout searched on --gpus "
+                          f"{','.join(map(str, gpus))} has one (ddp, zero3 and FSDP1 without --tp/--pp/--cp keep "
+                          f"16-bit weights); add GPUs or stages, or leave --fp8-params out")
     if not counts["candidates"]:
         # Nothing to estimate: the flags contradict each other or the model (--tp 3 on 16 GPUs, a
         # --micro-batches that divides no global batch). It used to print "no layout fits; add GPUs",

@@ -801,9 +801,9 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                                shard_comm="zero" if layout.replicas > 1 else "dp",
                                replicas=layout.replicas,
                                # FSDP2's float8 all-gather, or FP8 primary weights wherever parameters are
-                               # gathered (the distributed optimizer's gather of the updated ones too).
-                               fp8_all_gather=(layout.strategy in ("fsdp", "fsdp-hybrid") and precision.fp8 is not None
-                                               and precision.fp8.fsdp_float8_all_gather) or precision.fp8_params,
+                               # gathered (the distributed optimizer's gather of the updated ones too): the
+                               # recipe as the precision runs it under this strategy says which.
+                               fp8=precision.fp8,
                                backward_gather_numel=zero3.backward_gather_numel if zero3 is not None else ())
     # DualPipe sums each stage's two parameter copies instead (the embedding's among them).
     emb_bytes = (tpm.embedding_numel_per_rank * precision.grad_bytes

@@ -204,7 +204,9 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
                   f"{counts['do_not_fit']} do not fit in memory, {counts['refused_by_placement']} cannot be placed"
                   + "".join(f" ({n} of them need {lc} measurements, which --calibration has none of)"
                             for lc, n in result.uncalibrated.items())
-                  + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else ""))
+                  + (f", {counts['over_budget']} over budget" if counts.get("over_budget") else "")
+                  + (f", {counts['no_fp8_params']} with a strategy that cannot hold FP8 primary weights "
+                     f"(--fp8-params: ddp, zero3, FSDP1)" if counts.get("no_fp8_params") else ""))
     # --gpu of another generation than the --topology file's links: every layout was costed on those
     # links, which predict warns of among its sources.
     for warning in gpu_link_warnings(base):

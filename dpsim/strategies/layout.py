@@ -482,7 +482,7 @@ class LayerWork:
     fp8_numel: int = 0
     """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8
     (:func:`dpsim.workload.fp8.fp8_weight_numel`): what FSDP2's float8 all-gather gathers in one byte
-    (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8_all_gather`)."""
+    (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8`)."""
     recompute_waits_s: float = 0.0
     """Of :attr:`recompute_s`, the exposed tensor- and context-parallel waits of the re-run forward
     (counted in :attr:`tp_exposed_s` and :attr:`cp_exposed_s` too): communication, not compute, so

@@ -100,6 +100,7 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.strategies.layout import ChunkWork, LayerWork, Layout, reshards_after_forward
 from dpsim.strategies.zero import InternlmZero1
+from dpsim.workload.fp8 import Fp8Recipe, gathered_weight_bytes
 from dpsim.wording import count
 
 Slot = tuple[str, int, int]
@@ -1067,13 +1068,16 @@ class DataParallelPlan:
     expert parallelism); ``False``: in their blocks' buckets with the dense parameters (FSDP with ep 1). On an
     expert group of one rank (:attr:`edp` 1: ep x etp = tp x dp x cp) they are whole on every rank: nothing is
     gathered or reduce-scattered, only HSDP's replica all-reduce runs."""
-    fp8_all_gather: bool = False
-    """Parameter all-gathers move the FP8 linears' weights in one byte: FSDP2's (torchao
-    ``enable_fsdp_float8_all_gather``, which torchtitan turns on whenever the data-parallel dimension is
-    sharded, tensor parallel or not: pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py
-    ``parallel_dims.dp_shard_enabled and float8_config.enable_fsdp_float8_all_gather``), or any strategy's
-    under FP8 primary weights (``--fp8-params``: the distributed optimizer's gather of the updated
-    parameters too, Megatron-Core's ``fp8_param_gather``); their :attr:`LayerWork.fp8_numel`."""
+    fp8: Fp8Recipe | None = None
+    """The job's FP8 recipe as it runs under this strategy (its precision's
+    :attr:`~dpsim.workload.precision.Precision.fp8`): where it gathers FP8 weights
+    (:func:`~dpsim.workload.fp8.gathers_fp8_weights`: FSDP2's float8 all-gather, torchao
+    ``enable_fsdp_float8_all_gather``, which torchtitan turns on whenever the data-parallel dimension is sharded,
+    tensor parallel or not: pytorch/torchtitan@0f892e8fbae2 torchtitan/float8.py
+    ``parallel_dims.dp_shard_enabled and float8_config.enable_fsdp_float8_all_gather``; or FP8 primary weights,
+    ``--fp8-params``: the distributed optimizer's gather of the updated parameters too, Megatron-Core's
+    ``fp8_param_gather``), parameter all-gathers move the FP8 linears' weights (:attr:`LayerWork.fp8_numel`) in
+    one byte. ``None``: no FP8."""
 
     backward_gather_numel: tuple[float, ...] = ()
     """Per model layer (by index), the elements its backward all-gathers where parameters are
@@ -1083,8 +1087,7 @@ class DataParallelPlan:
 
     def gather_bytes(self, numel: float, fp8_numel: float) -> float:
         """Bytes of an all-gather of ``numel`` parameters, ``fp8_numel`` of them FP8 linear weights."""
-        fp8 = min(fp8_numel, numel) if self.fp8_all_gather else 0.0
-        return (numel - fp8) * self.weight_bytes + fp8 * 1.0
+        return gathered_weight_bytes(numel, fp8_numel, self.weight_bytes, self.fp8)
 
 
 @frozen_dataclass
