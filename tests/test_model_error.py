@@ -133,8 +133,10 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     pools (0.038 in ln over the 423 rows, which the layout and collective pools' scores set), so the
     hopper query's interval is -3.8 % / +4.0 % (-1.6 % / +1.7 % with the ddp pool's own margin
     before) and no longer under half the blackwell one's: the cost of the joint margin, disclosed
-    in the module docstring. Held within +/-4.5 %: the margin moves as rows are added or re-scored
-    (0.0364 -> 0.0379 when the expert and pipeline-pair placement re-scored R059 and R071-R073)."""
+    in the module docstring. Held within +/-6.5 %: the margin moves as rows are added or re-scored
+    (0.0364 -> 0.0379 when the expert and pipeline-pair placement re-scored R059 and R071-R073; to
+    about 0.058, -5.7 % / +6.1 %, when the large-model rows entered with their leave-one-system-out
+    residuals and R180-R192 were added, 2026-12-07)."""
     rows = load_rows()[0]
     hopper = Regime(pools=("ddp",), gpu_arch="hopper", model_family="cnn", params=2.56e7, gpus=8)
     lo, hi, matched, ids, widened = log_interval(hopper, rows)
@@ -143,7 +145,7 @@ def test_a_ddp_query_on_an_architecture_with_enough_rows_keeps_them():
     lo_b, hi_b, matched_b, _, _ = log_interval(dataclasses.replace(hopper, gpu_arch="blackwell"), rows)
     assert "gpu_arch" not in matched_b["ddp"]
     assert hi - lo < hi_b - lo_b
-    assert math.expm1(hi) < 0.045 and math.expm1(lo) > -0.045, (lo, hi)
+    assert math.expm1(hi) < 0.065 and math.expm1(lo) > -0.065, (lo, hi)
 
 
 def test_every_pool_has_its_knobs_and_each_regime_is_scored():
