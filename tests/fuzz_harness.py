@@ -62,6 +62,13 @@ def run_cli(args: list[str], capsys, *, limit_s: float = CASE_TIME_LIMIT_S) -> O
     return Outcome(status, out, err, time.perf_counter() - t0)
 
 
+def run_json(args: list[str], capsys) -> dict:
+    """``dpsim ARGS`` that must succeed: its ``--json`` output, parsed."""
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    return json.loads(outcome.out)
+
+
 _BAD_WORD = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?![\w…])", re.I)  # "inf…" is rich's cut "infiniband"
 _LONG_NUMBER = re.compile(r"\d{25,}")
 ABSURD = 1e40

@@ -6,20 +6,15 @@ Each case says what it did before.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.fuzz_harness import check_outcome, run_cli
+from tests.fuzz_harness import run_json as _json
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-def _json(args, capsys) -> dict:
-    outcome = run_cli(args, capsys)
-    check_outcome(outcome, args, "ok")
-    return json.loads(outcome.out)
 
 
 def _refused(args, capsys, *words) -> str:
