@@ -39,7 +39,8 @@ The other categories:
   per element; fp32 compute doubles them; the tensors a precision stores in another dtype, such
   as autocast's fp32 residual stream, at theirs: :func:`activation_bytes_per_sample`; under
   ``--compile`` what the partitioner saves where a layer says), with the weight copies saved for
-  backward (TransformerEngine's FP8 ones, :func:`fp8_saved_weight_bytes`; autocast's 16-bit ones,
+  backward (TransformerEngine's FP8 ones, :func:`fp8_saved_weight_bytes`, named apart as
+  :attr:`MemoryBreakdown.fp8_weight_cache_bytes`; autocast's 16-bit ones,
   :func:`autocast_weight_bytes`), under the checkpointing policy of
   :mod:`~dpsim.strategies.checkpointing` (full: only each checkpointed unit's input is kept,
   plus one unit's full activations while it is recomputed, Korthikanti et al. 2022, Sec. 5;
@@ -189,6 +190,11 @@ class MemoryBreakdown:
     fp8_inputs_bytes: float = 0.0
     """What the FP8 linears' inputs, kept as FP8 copies (:func:`dpsim.workload.fp8.saves_fp8_inputs`), add to
     :attr:`activations_bytes` against 16-bit ones (negative: what they save); 0 without such a recipe."""
+    fp8_weight_cache_bytes: float = 0.0
+    """Of :attr:`activations_bytes`, the FP8 copies of the FP8 linears' 16-bit weights a TransformerEngine
+    (or HAI-LLM) recipe keeps from forward to backward (:func:`saved_fp8_weight_copy_bytes`: cached for the
+    step on a layout's stage, saved per micro-batch on the data-parallel path); 0 with ``--fp8-params``
+    (the FP8 weights are the parameters: :attr:`fp8_weights_bytes`) and for recipes that keep none."""
 
     @property
     def total_bytes(self) -> float:
@@ -212,9 +218,31 @@ class MemoryBreakdown:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
 
 
-BREAKDOWN_SUBPARTS = ("fp8_weights_bytes", "fp8_inputs_bytes")
+BREAKDOWN_SUBPARTS = ("fp8_weights_bytes", "fp8_inputs_bytes", "fp8_weight_cache_bytes")
 """:class:`MemoryBreakdown` fields that are parts of its categories (the weights', the activations'), not
 categories of their own: a figure stacking the categories leaves them out."""
+
+
+def with_subpart_rows(rows: Sequence[tuple[str, float]], mem: MemoryBreakdown) -> list[tuple[str, float]]:
+    """``rows`` (``(category, value)``, categories named ``weights`` and ``activations`` among them) with the
+    :data:`BREAKDOWN_SUBPARTS` that are not zero inserted under their category: the one table layout
+    ``dpsim memory`` and the predict report share."""
+    out = list(rows)
+
+    def under(category: str, name: str, value: float) -> None:
+        names = [n for n, _ in out]
+        at = names.index(category) + 1
+        while at < len(out) and names[at].startswith("  "):
+            at += 1
+        out.insert(at, (name, value))
+
+    if mem.fp8_weights_bytes:
+        under("weights", "  of which FP8 weights (--fp8-params)", mem.fp8_weights_bytes)
+    if mem.fp8_weight_cache_bytes:
+        under("activations", "  of which FP8 weight copies", mem.fp8_weight_cache_bytes)
+    if mem.fp8_inputs_bytes:
+        under("activations", "  FP8 linear inputs against 16-bit", mem.fp8_inputs_bytes)
+    return out
 
 
 def activation_bytes_per_sample(model: ModelSpec, *, activation_checkpointing: bool = False,
@@ -327,8 +355,31 @@ def fp8_saved_weight_bytes(model: ModelSpec, precision: Precision, policy: Check
         return 0.0
     if fsdp2 and precision.fp8.column_copy == "always":
         return 0.0
-    per = saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=False)
-    return float(_saved_at_forward_end(model, policy, fsdp_unit, lambda l: fp8_weight_numel(l, precision.fp8)) * per)
+    numel = _saved_at_forward_end(model, policy, fsdp_unit, lambda l: fp8_weight_numel(l, precision.fp8))
+    return saved_fp8_weight_copy_bytes(numel, precision, architecture, cached=False)
+
+
+def saved_fp8_weight_copy_bytes(fp8_numel: float, precision: Precision, architecture: str, *,
+                                cached: bool) -> float:
+    """The one count of the FP8 weight copies a recipe (:func:`dpsim.workload.fp8.saves_fp8_weights`) keeps
+    of ``fp8_numel`` FP8 linear weight elements on a GPU of ``architecture`` without ``--fp8-params``, for the
+    data-parallel path (:func:`fp8_saved_weight_bytes`) and a layout's stage (:func:`layout_fp8_weight_bytes`)
+    alike: :func:`~dpsim.workload.fp8.saved_fp8_weight_bytes_per_element` each.
+
+    The two paths differ only in ``cached``, which is the caller's, not the path's: TE 1.x keeps the forward
+    GEMM's row-wise copy and the input-gradient GEMM's transpose in two module buffers for the step only when
+    the caller passes ``is_first_microbatch`` (``get_fp8_weights_scratchpad``: ``[self.weight1_fp8,
+    self.weight1_t_fp8]``, NVIDIA/TransformerEngine@0004dbd0231c transformer_engine/pytorch/module/linear.py
+    line 858), as Megatron-Core does: two bytes an element on Hopper. Without it the buffers are fresh each
+    forward (line 851, "Return empty weight placeholders for each fwd/bwd pass") and the autograd function
+    saves only the transpose (``ctx.save_for_backward(..., weight_t_fp8 if fp8 else None, ...)``, lines
+    295-300; the weight-gradient GEMM reads the input's transpose and the output gradient, no weight): one
+    byte, as the Hugging Face/Composer jobs of the data-parallel path run it. (TE 2.x saves the whole
+    quantized weight uncached, ``wt_save = weightmat`` with row- and column-wise usage, d0067d0da6cb lines
+    475 and 643: two bytes on Hopper; not counted, see ``saved_fp8_weight_bytes_per_element``.)"""
+    if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
+        return 0.0
+    return float(fp8_numel * saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=cached))
 
 
 def fp8_param_weight_bytes(numel: float, fp8_numel: float, precision: Precision,
@@ -516,9 +567,12 @@ def memory_breakdown(
                                                     precision=precision, fp8_inputs=False)
         fp8_inputs = act - (kept + working) * micro_batch * act_scale if loss_impl == "fused" else 0.0
     # zero1 with FP8 primary weights: those copies are the parameters (fp8_param_weight_bytes, in the weights).
+    fp8_cache = 0.0
     if not (precision.fp8_params and strategy == "zero1"):
-        act += fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
-                                      gpu.architecture, fsdp2=record.family == "fsdp" and version == "2")
+        fp8_cache = fp8_saved_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing),
+                                           fsdp_unit, gpu.architecture,
+                                           fsdp2=record.family == "fsdp" and version == "2")
+        act += fp8_cache
     act += autocast_weight_bytes(model, precision, policy_of(activation_checkpointing, checkpointing), fsdp_unit,
                                  cached=not (record.family == "fsdp" and version == "1"))
     if strategy == "ddp":
@@ -619,6 +673,7 @@ def memory_breakdown(
         shard_group_size=group,
         fp8_weights_bytes=float(fp8_weights),
         fp8_inputs_bytes=float(fp8_inputs),
+        fp8_weight_cache_bytes=float(fp8_cache),
     )
 
 
@@ -969,12 +1024,13 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
                                 activations=stage_activation_bytes(tpm, assignment, layout, precision, fp8_inputs=False))
         fp8_in = [-float(term[4]) for term in plain]
     out = []
-    for s, weights, grads, opt, act, buffers, numel, fp8_weights in terms:
+    for s, weights, grads, opt, act, buffers, numel, fp8_weights, fp8_cache in terms:
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
             activations_bytes=float(act), comm_buffers_bytes=float(buffers), overhead_bytes=overhead,
             capacity_bytes=capacity, strategy=layout.strategy, shard_group_size=shard_group_size,
-            fp8_weights_bytes=float(fp8_weights), fp8_inputs_bytes=float(act) + fp8_in[s] if fp8_in[s] else 0.0)
+            fp8_weights_bytes=float(fp8_weights), fp8_inputs_bytes=float(act) + fp8_in[s] if fp8_in[s] else 0.0,
+            fp8_weight_cache_bytes=float(fp8_cache))
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))
     return tuple(out)
@@ -994,7 +1050,7 @@ def layout_stage_totals(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
     overhead = float(FRAMEWORK_OVERHEAD_BYTES)
     worst = -math.inf
     params = []
-    for _, weights, grads, opt, act, buffers, numel, _ in terms:
+    for _, weights, grads, opt, act, buffers, numel, _, _ in terms:
         total = float(weights) + float(grads) + float(opt) + float(act) + float(buffers) + overhead
         # The first of the fullest, as worst_stage (largest total, then the lowest stage).
         if total > worst:
@@ -1007,8 +1063,8 @@ def _stage_terms(tpm, assignment, layout, gpu: GpuSpec, *, precision: Precision,
                  in_flight: Sequence[Sequence[int]], activations=None, deferred_w: Sequence[int] | None = None,
                  expert_numels: Sequence[int] | None = None):
     """:func:`layout_stage_memory`'s count: ``(shard group size, per stage (stage, weights, gradients,
-    optimizer state, activations, buffers, parameters per GPU, of the weights the FP8 primary weights'))``,
-    the latter an iterator."""
+    optimizer state, activations, buffers, parameters per GPU, of the weights the FP8 primary weights', of the
+    activations the FP8 weight cache's))``, the latter an iterator."""
     k = optimizer_state_bytes_per_param(precision, optimizer)
     act_scale = 2.0 if precision.compute_dtype == "float32" else 1.0
     if activations is None:
@@ -1041,13 +1097,14 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
         if deferred_w is not None and deferred_w[s]:
             act += deferred_w[s] * deferred_weight_grad_bytes(tpm, assignment[s], layout) * mb
         act = (act + working * mb) * act_scale
-        fp8_weights = 0.0
+        fp8_weights = fp8_cache = 0.0
         weights = numel * w
         if precision.fp8_params:
             fp8_numel = stage_fp8_weight_numel(tpm, assignment[s], precision)
             weights, fp8_weights = fp8_param_weight_bytes(numel, fp8_numel, precision, gpu.architecture)
         else:
-            act += layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
+            fp8_cache = layout_fp8_weight_bytes(tpm, assignment[s], precision, gpu.architecture)
+            act += fp8_cache
         # A mixture of experts' routed experts are sharded over their expert-data-parallel
         # replicas (Megatron-Core's distributed optimizer shards each buffer over its own group).
         experts = expert_numels[s] if expert_numels is not None else \
@@ -1083,7 +1140,7 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
                                 _unit_numels(tpm, assignment[s], experts_local=layout.experts_apart
                                              and expert_group == 1, fp8_precision=precision)), default=0.0)
                 buffers = 2 * gathered + largest * g
-        yield s, weights, grads, opt, act, buffers, numel, fp8_weights
+        yield s, weights, grads, opt, act, buffers, numel, fp8_weights, fp8_cache
 
 
 def stage_expert_numels(tpm, assignment) -> tuple[int, ...]:
@@ -1106,7 +1163,7 @@ def layout_fp8_weight_bytes(tpm, chunks, precision: Precision, architecture: str
     if precision.fp8 is None or not saves_fp8_weights(precision.fp8):
         return 0.0
     numel = stage_fp8_weight_numel(tpm, chunks, precision)
-    return float(numel * saved_fp8_weight_bytes_per_element(precision.fp8, architecture, cached=True))
+    return saved_fp8_weight_copy_bytes(numel, precision, architecture, cached=True)
 
 
 def _layer_fp8_numel(tpm, i: int, precision: Precision) -> int:

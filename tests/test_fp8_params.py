@@ -221,3 +221,55 @@ def test_data_parallel_zero1_plan_memory_is_predicts():
     mem = memory_for_config(config)[0]
     assert estimate.memory_bytes == pytest.approx(mem.total_bytes, rel=1e-12)
     assert mem.fp8_weights_bytes == 2 * BLOCKS * BLOCK_FP8
+
+
+# --- TransformerEngine's FP8 weight copies without --fp8-params: a named part of the activations --------------------
+def test_the_fp8_weight_cache_is_named_inside_the_activations():
+    """Without --fp8-params TE keeps an FP8 copy of each FP8 linear's 16-bit weight from forward to backward:
+    its own part of the activations (MemoryBreakdown.fp8_weight_cache_bytes), every category and the total as
+    before. A layout's stage (Megatron-Core passes is_first_microbatch: cached, the copy and its transpose on
+    Hopper, 2 bytes) and the data-parallel path (no is_first_microbatch: TE 1.x saves the transpose only, 1 byte)
+    through the one count, saved_fp8_weight_copy_bytes. With --fp8-params the copies are the parameters: 0."""
+    from dpsim.memory import saved_fp8_weight_copy_bytes
+
+    te_recipe = get_precision("bf16-params", "te-delayed")
+    f = BLOCKS * BLOCK_FP8 // 2  # a tp-2 rank's share
+    stage, params = _stage(fp8="te-delayed"), _stage(fp8="te-delayed", fp8_params=True)
+    assert stage.fp8_weight_cache_bytes == saved_fp8_weight_copy_bytes(f, te_recipe, "hopper", cached=True) == 2 * f
+    assert params.fp8_weight_cache_bytes == 0.0
+    assert stage.activations_bytes - params.activations_bytes == stage.fp8_weight_cache_bytes
+    assert _stage(gpu="b200", fp8="te-delayed").fp8_weight_cache_bytes == f  # Blackwell: no transpose
+    dp, dp_params = _dp(fp8="te-delayed").memory, _dp(fp8="te-delayed", fp8_params=True).memory
+    whole = BLOCKS * BLOCK_FP8
+    assert dp.fp8_weight_cache_bytes == saved_fp8_weight_copy_bytes(whole, te_recipe, "hopper", cached=False) == whole
+    assert dp_params.fp8_weight_cache_bytes == 0.0
+    assert dp.activations_bytes - dp_params.activations_bytes == dp.fp8_weight_cache_bytes
+    for mem in (stage, dp):  # a part, not a category: the total is the categories' sum
+        assert mem.total_bytes == mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes \
+            + mem.activations_bytes + mem.comm_buffers_bytes + mem.overhead_bytes
+    assert _dp().memory.fp8_weight_cache_bytes == 0.0 == _dp(fp8="torchao-tensorwise").memory.fp8_weight_cache_bytes
+
+
+def test_the_fp8_weight_cache_is_shown_by_memory_and_predict(capsys):
+    """`dpsim memory` (text and --json) and the predict report (text and JSON) name the copies; a job without them
+    names nothing."""
+    from dpsim.report.text import prediction_tables
+    from tests.fuzz_harness import run_cli
+    from tests.fuzz_harness import run_json
+
+    job = ["--model", "gpt2", "--gpu", "h100", "--gpus", "8", "--link", "infiniband", "--precision", "bf16-params",
+           "--strategy", "zero1", "--micro-batch", "2", "--steps", "1"]
+    cache = _dp(fp8="te-delayed").memory.fp8_weight_cache_bytes
+    memory = run_json(["memory"] + job + ["--fp8", "te-delayed", "--json"], capsys)
+    assert memory["fp8_weight_cache_bytes"] == cache > 0
+    assert "fp8_weight_cache_bytes" not in run_json(["memory"] + job + ["--json"], capsys)
+    assert "fp8_weight_cache_bytes" not in run_json(["memory"] + job + ["--fp8", "te-delayed", "--fp8-params",
+                                                                         "--json"], capsys)
+    text = run_cli(["memory"] + job + ["--fp8", "te-delayed"], capsys).out
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "of which FP8 weight copies" in line)
+    assert "activations" in lines[at - 1]
+    predicted = _dp(fp8="te-delayed")
+    assert predicted.to_dict()["memory"]["fp8_weight_cache_bytes"] == cache
+    (table,) = [t for t in prediction_tables(predicted) if str(t.title).startswith("memory per")]
+    assert "  of which FP8 weight copies" in table.columns[0]._cells

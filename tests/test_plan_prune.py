@@ -151,3 +151,32 @@ def test_fsdp_gathers_move_fp8_weights_in_one_byte():
     (c,) = cands
     # The same layout's exposed data-parallel time is smaller with the one-byte gathers.
     assert fp8.estimate(c, global_batch=128).dp_exposed_s < bf16.estimate(c, global_batch=128).dp_exposed_s
+
+
+@pytest.mark.parametrize("fp8, fp8_params", [(None, False), ("torchao-tensorwise", False), ("te-delayed", False),
+                                             ("te-delayed", True), ("mxfp8", True)])
+@pytest.mark.parametrize("fsdp_version", ["1", "2"])
+def test_gathers_take_the_recipe_of_the_candidates_precision(fp8, fp8_params, fsdp_version):
+    """One place resolves a candidate's FP8 recipe (Planner.strategy_precision): the gathers' recipe is that
+    precision's where it gathers FP8 weights, under a layout and on data parallelism alone, and is what the
+    planner's own resolution gave before (fp8_all_gather with the job's --fp8-params, kept where it gathers
+    FP8), for every strategy."""
+    import dataclasses
+
+    from dpsim.predict.config import PredictConfig
+    from dpsim.strategies.registry import STRATEGIES
+    from dpsim.workload.fp8 import fp8_all_gather, gathers_fp8_weights, get_fp8_recipe
+
+    version = {"strategy": "fsdp", "fsdp_version": "2"} if fsdp_version == "2" else {}
+    planner = Planner(PredictConfig(model="gpt2", gpus=8, precision="bf16-params", fp8=fp8, fp8_params=fp8_params,
+                                    gpu="h100", link="aws-p5", **version))
+    for strategy in STRATEGIES:
+        for layout in (True, False):
+            recipe = planner.strategy_precision(strategy, layout).fp8
+            assert planner.gather_fp8(strategy, layout) is (recipe if gathers_fp8_weights(recipe) else None)
+            before = None if fp8 is None else fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy,
+                                                             fsdp_version=fsdp_version, layout=layout)
+            if before is not None and fp8_params:
+                before = dataclasses.replace(before, fp8_params=True)
+            assert planner.gather_fp8(strategy, layout) == (before if gathers_fp8_weights(before) else None)
+    assert planner.strategy_precision("fsdp") is planner.strategy_precision("fsdp", True)  # cached, layout default

@@ -33,7 +33,7 @@ def memory(
 
     Takes predict's command line as it is: flags that only time the step (--algo, --jobs, --steps...) are ignored.
     """
-    from dpsim.memory import HEADROOM_FRACTION
+    from dpsim.memory import HEADROOM_FRACTION, with_subpart_rows
     from dpsim.cli.predict import predict_config
     from dpsim.predict.run import memory_report
     from dpsim.strategies.registry import STRATEGIES
@@ -46,12 +46,9 @@ def memory(
     rows = [("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
             ("optimizer state", mem.optimizer_bytes), ("activations", mem.activations_bytes),
             ("communication buffers", mem.comm_buffers_bytes), ("framework overhead", mem.overhead_bytes)]
-    # The FP8 parts, where there are any: FP8 primary weights (--fp8-params), FP8 copies of the linears' inputs.
-    if mem.fp8_weights_bytes:
-        rows.insert(1, ("  of which FP8 weights (--fp8-params)", mem.fp8_weights_bytes))
-    if mem.fp8_inputs_bytes:
-        at = [name for name, _ in rows].index("activations") + 1
-        rows.insert(at, ("  FP8 linear inputs against 16-bit", mem.fp8_inputs_bytes))
+    # The FP8 parts, where there are any: FP8 primary weights (--fp8-params), TE's FP8 weight copies, FP8 copies
+    # of the linears' inputs.
+    rows = with_subpart_rows(rows, mem)
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

@@ -183,9 +183,7 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import (caches_fp8_weights, fp8_all_gather, gathered_weight_bytes, gathers_fp8_weights,
-                               get_fp8_recipe,
-                               layers_fp8_weight_numel)
+from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, gathers_fp8_weights, layers_fp8_weight_numel
 from dpsim.workload.precision import (FP8_PARAMS_STRATEGIES, check_fp8_params_strategy, check_precision_on_gpu,
                                       get_precision)
 from dpsim.workload.routing import parse_routing
@@ -1701,37 +1699,31 @@ class Planner:
         self._bucket_fp8[id(hit)] = tuple(fp8)
         return hit
 
-    def strategy_precision(self, strategy: str):
-        """The precision a tensor/pipeline candidate of ``strategy`` runs, as ``predict`` resolves it for that
-        strategy: its ``fsdp`` gathers the float8 weights (:func:`~dpsim.workload.fp8.fp8_all_gather`), cast once
-        on the shard rather than in every forward, which the base config's strategy (ddp unless given) does not
-        (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's), with the
-        job's FP8 primary weights (``--fp8-params``: left out, a layout was charged TE's per-step FP8 weight cache on
-        top of 16-bit weights); cached."""
-        key = ("layout precision", strategy)
+    def strategy_precision(self, strategy: str, layout: bool = True):
+        """The precision a candidate of ``strategy`` runs, as ``predict`` resolves it for that strategy: over a
+        tensor/pipeline ``layout`` (its ``fsdp`` is torchtitan's FSDP2) or data parallelism alone. Its recipe is
+        the one place the planner resolves the FP8 recipe, for the compute and memory as for the gathers
+        (:meth:`gather_fp8`): ``fsdp`` gathers the float8 weights (:func:`~dpsim.workload.fp8.fp8_all_gather`),
+        cast once on the shard rather than in every forward, which the base config's strategy (ddp unless given)
+        does not (plan estimated fsdp under ``--fp8 torchao-tensorwise`` at 1.11x its simulation with the base's),
+        with the job's FP8 primary weights (``--fp8-params``: left out, a layout was charged TE's per-step FP8
+        weight cache on top of 16-bit weights); cached."""
+        key = ("strategy precision", strategy, layout)
         hit = self._steady.get(key)
         if hit is None:
             b = self.base
             hit = self._steady[key] = get_precision(b.execution.precision, b.execution.fp8, strategy=strategy,
                                                     fsdp_version=b.parallelism.fsdp_version,
-                                                    compile=b.execution.compile, layout=True,
+                                                    compile=b.execution.compile, layout=layout,
                                                     fp8_params=b.execution.fp8_params)
         return hit
 
     def gather_fp8(self, strategy: str, layout: bool):
-        """The FP8 recipe whose float8 all-gather ``strategy``'s parameter gathers run (FSDP2's, torchtitan's
-        under a tensor/pipeline ``layout``: :func:`~dpsim.workload.fp8.fp8_all_gather`, as predict's precision for
-        that strategy), else ``None``: their bytes are then the parameters' dtype."""
-        key = ("fp8 gather", strategy, layout)
-        if key not in self._steady:
-            fp8 = self.base.execution.fp8
-            recipe = fp8_all_gather(get_fp8_recipe(fp8), strategy=strategy,
-                                    fsdp_version=self.base.parallelism.fsdp_version, layout=layout) \
-                if fp8 is not None else None
-            if recipe is not None and self.base.execution.fp8_params:
-                recipe = dataclasses.replace(recipe, fp8_params=True)  # FP8 primary weights: gathered in FP8 too
-            self._steady[key] = recipe if gathers_fp8_weights(recipe) else None
-        return self._steady[key]
+        """The FP8 recipe whose float8 all-gather ``strategy``'s parameter gathers run (:meth:`strategy_precision`'s,
+        where it gathers FP8 weights: :func:`~dpsim.workload.fp8.gathers_fp8_weights`), else ``None``: their bytes
+        are then the parameters' dtype."""
+        recipe = self.strategy_precision(strategy, layout).fp8
+        return recipe if gathers_fp8_weights(recipe) else None
 
     def _gather_bytes(self, numel: float, fp8_numel: float, recipe) -> float:
         """One all-gather's bytes: ``fp8_numel`` of its ``numel`` parameters in one byte under ``recipe``'s float8

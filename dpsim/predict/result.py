@@ -224,10 +224,13 @@ class MemoryReport:
 
 def fp8_memory_parts(mem) -> dict:
     """The FP8 parts of a memory breakdown, named only where there are any: the FP8 primary weights
-    (``--fp8-params``) in the weights, and what the FP8 input copies change the activations by."""
+    (``--fp8-params``) in the weights, TransformerEngine's FP8 weight copies in the activations (without
+    ``--fp8-params``), and what the FP8 input copies change the activations by."""
     out = {}
     if mem.fp8_weights_bytes:
         out["fp8_weights_bytes"] = mem.fp8_weights_bytes
+    if mem.fp8_weight_cache_bytes:
+        out["fp8_weight_cache_bytes"] = mem.fp8_weight_cache_bytes
     if mem.fp8_inputs_bytes:
         out["fp8_inputs_bytes"] = mem.fp8_inputs_bytes
     return out

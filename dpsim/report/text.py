@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpsim.collectives.ops import CollectiveResult
+from dpsim.memory import with_subpart_rows
 from dpsim.predict.collective import TYPE_BYTES as NCCL_TESTS_TYPE_BYTES
 from dpsim.predict.result import Prediction
 from dpsim.report.layout import layout_tables
@@ -99,10 +100,11 @@ def prediction_tables(p: Prediction) -> list[Table]:
     mem = Table(title=f"memory per {'rank' if p.gpu == 'cpu' else 'GPU'} ({p.strategy})", header_style="bold")
     mem.add_column("category")
     mem.add_column("size", justify="right")
-    for name, value in [("weights", m.weights_bytes), ("gradients", m.gradients_bytes),
-                        ("optimizer state", m.optimizer_bytes), ("activations", m.activations_bytes),
-                        ("DDP bucket buffers" if p.strategy == "ddp" else "communication buffers",
-                         m.comm_buffers_bytes), ("framework overhead", m.overhead_bytes)]:
+    # The FP8 parts under their categories, as `dpsim memory` shows them (with_subpart_rows).
+    for name, value in with_subpart_rows([("weights", m.weights_bytes), ("gradients", m.gradients_bytes),
+                                          ("optimizer state", m.optimizer_bytes), ("activations", m.activations_bytes),
+                                          ("DDP bucket buffers" if p.strategy == "ddp" else "communication buffers",
+                                           m.comm_buffers_bytes), ("framework overhead", m.overhead_bytes)], m):
         mem.add_row(name, format_bytes(value))
     verdict = "[green]fits[/green]" if m.fits else "[bold red]DOES NOT FIT[/bold red]"
     if m.fits:
