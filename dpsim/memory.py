@@ -1017,19 +1017,20 @@ def layout_stage_memory(tpm, assignment, layout, gpu: GpuSpec, *, precision: Pre
                                            expert_numels=expert_numels)
     overhead, capacity = float(FRAMEWORK_OVERHEAD_BYTES), float(gpu.memory_bytes)
     # The FP8 input copies' share of each stage's activations: against the same count with 16-bit inputs.
-    fp8_in = [0.0] * len(assignment)
+    plain_act: list[float] | None = None
     if saves_fp8_inputs(precision.fp8):
         _, plain = _stage_terms(tpm, assignment, layout, gpu, precision=precision, optimizer=optimizer,
                                 in_flight=in_flight, deferred_w=deferred_w, expert_numels=expert_numels,
                                 activations=stage_activation_bytes(tpm, assignment, layout, precision, fp8_inputs=False))
-        fp8_in = [-float(term[4]) for term in plain]
+        plain_act = [float(term[4]) for term in plain]
     out = []
     for s, weights, grads, opt, act, buffers, numel, fp8_weights, fp8_cache in terms:
         breakdown = MemoryBreakdown(
             weights_bytes=float(weights), gradients_bytes=float(grads), optimizer_bytes=float(opt),
             activations_bytes=float(act), comm_buffers_bytes=float(buffers), overhead_bytes=overhead,
             capacity_bytes=capacity, strategy=layout.strategy, shard_group_size=shard_group_size,
-            fp8_weights_bytes=float(fp8_weights), fp8_inputs_bytes=float(act) + fp8_in[s] if fp8_in[s] else 0.0,
+            fp8_weights_bytes=float(fp8_weights),
+            fp8_inputs_bytes=float(act) - plain_act[s] if plain_act is not None else 0.0,
             fp8_weight_cache_bytes=float(fp8_cache))
         out.append(StageMemory(stage=s, breakdown=breakdown, params_per_gpu=numel,
                                in_flight=tuple(in_flight[s])))

@@ -252,7 +252,7 @@ def test_plan_costs_a_float8_fsdp_layout_as_predict_does():
     base = PredictConfig(model="llama-2-13b", link="infiniband", precision="bf16-params", fp8="torchao-tensorwise",
                          compile=True, strategy="fsdp")
     planner = Planner(base)
-    assert planner.layout_precision.fp8.fsdp_float8_all_gather
+    assert planner.strategy_precision(planner.base.parallelism.strategy).fp8.fsdp_float8_all_gather
     assert not planner.precision.fp8.fsdp_float8_all_gather  # FSDP1 without a layout casts locally
     c = Candidate(gpus=64, strategy="fsdp", micro_batch=1, global_batch=32, tp=2, pp=4, dp=8, schedule="1f1b",
                   virtual_stages=1, sequence_parallel=True, recompute="full")

@@ -72,10 +72,11 @@ def test_memos_match_the_plain_functions():
     assignment = planner.assignment(c.tp, layout)
     tpm = planner.tp_model(c.tp, c.sequence_parallel, c.cp, planner.experts(c)[0])
     memo: dict = {}
+    precision = planner.strategy_precision(planner.base.parallelism.strategy)  # a layout stage's
     for recompute in ("off", "selective", "full", "off"):
         lay = dataclasses.replace(layout, recompute=recompute)
-        assert stage_activation_bytes(tpm, assignment, lay, planner.layout_precision, per_layer=memo) == \
-            stage_activation_bytes(tpm, assignment, lay, planner.layout_precision)
+        assert stage_activation_bytes(tpm, assignment, lay, precision, per_layer=memo) == \
+            stage_activation_bytes(tpm, assignment, lay, precision)
     assert stage_expert_numels(tpm, assignment) == tuple(
         sum(tpm.layers[i].expert_numel_per_rank for chunk in stage for i in chunk) for stage in assignment)
 
@@ -166,10 +167,11 @@ def test_stage_totals_are_the_breakdowns_figures():
             layout = planner.layout(c, gb // (c.micro_batch * c.dp))
             assignment = planner.assignment(c.tp, layout)
             tpm = planner.tp_model(c.tp, c.sequence_parallel, c.cp, planner.experts(c)[0])
-            stages = stages_memory(tpm, layout, planner.gpu, planner.layout_precision, base.workload.optimizer,
+            precision = planner.strategy_precision(base.parallelism.strategy)
+            stages = stages_memory(tpm, layout, planner.gpu, precision, base.workload.optimizer,
                                    assignment, cp_model=planner.model)
             worst = worst_stage(stages).breakdown
-            assert stages_fullest(tpm, layout, planner.gpu, planner.layout_precision, base.workload.optimizer,
+            assert stages_fullest(tpm, layout, planner.gpu, precision, base.workload.optimizer,
                                   assignment, cp_model=planner.model) == (
                 worst.total_bytes, worst.usable_bytes, tuple(st.params_per_gpu for st in stages)), c
             seen += 1
@@ -195,7 +197,7 @@ def test_layer_time_memo_by_identity_equals_by_value():
     planner = Planner(base)
     planner.topology(64)
     from dpsim.strategies.tensor import ExpertSplit
-    kw = dict(micro_batch=2, precision=planner.layout_precision, optimizer="adamw")
+    kw = dict(micro_batch=2, precision=planner.strategy_precision(base.parallelism.strategy), optimizer="adamw")
     memo: dict = {}
     for split in (ExpertSplit(ep=4, etp=1, load=1.25), ExpertSplit(ep=8, etp=1, load=1.5)):
         tpm = tensor.tp_model(planner.model, 2, sequence_parallel=True, experts=split)

@@ -753,13 +753,6 @@ class Planner:
         self.precision = get_precision(base.execution.precision, base.execution.fp8, strategy=base.parallelism.strategy,
                                        fsdp_version=base.parallelism.fsdp_version, compile=base.execution.compile,
                                        fp8_params=base.execution.fp8_params)
-        # A tensor/pipeline candidate's fsdp runs as torchtitan's FSDP2 (float8 all-gather included),
-        # as ``predict`` costs it (:func:`dpsim.workload.fp8.fp8_all_gather`).
-        self.layout_precision = get_precision(base.execution.precision, base.execution.fp8,
-                                              strategy=base.parallelism.strategy,
-                                              fsdp_version=base.parallelism.fsdp_version,
-                                              compile=base.execution.compile, layout=True,
-                                              fp8_params=base.execution.fp8_params)
         self._topologies: dict[int, Topology] = {}
         self._models: dict[object, CollectiveModel] = {}
         self._collectives: dict[tuple[int, int, int, int], GroupCollectives] = {}

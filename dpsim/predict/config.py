@@ -710,8 +710,9 @@ class PredictConfig:
             layout = {k: getattr(parallelism, k) for k in ("dp", "tp", "pp", "cp")} \
                 if isinstance(parallelism, ParallelismConfig) else {}
             layout.update({k: settings[k] for k in ("dp", "tp", "pp", "cp") if k in settings})
-            if layout.get("dp") is not None:
-                settings = {**settings, **{k: v for k, v in derived_flags(layout).items() if k == "gpus"}}
+            derived = derived_flags(layout) if layout.get("dp") is not None else {}
+            if "gpus" in derived:
+                settings = {**settings, "gpus": derived["gpus"]}
         by_part: dict[str, dict[str, Any]] = {}
         for key, value in settings.items():
             place = SETTING_PLACES.get(key)
