@@ -1,0 +1,47 @@
+"""Defects found by the seventeenth fuzz round (fuzz17): odd but plausible inputs through every command and the
+Python API (long-context transformers configurations, ``plan --budget-usd``, ...).
+
+Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz_harness import check_outcome, run_cli
+from tests.fuzz_harness import run_json as _json
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _refused(args, capsys, *words) -> str:
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "error")
+    line = outcome.err.strip()
+    for word in words:
+        assert word in line, line
+    return line
+
+
+# --- 1. a transformers config.json whose context is over the longest sequence: the advice that works ---------------
+def _long_context_config(tmp_path: Path) -> str:
+    config = json.loads((REPO / "examples" / "Llama-3.1-8B" / "config.json").read_text())
+    config["max_position_embeddings"] = 10_485_760  # Llama 4 Scout's context length
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_a_long_context_config_json_is_told_to_give_seq_len(tmp_path, capsys):
+    """Before: ``predict --model config.json`` of a model with a 10M-token context was refused "give a shorter one:
+    --seq-len (a shape) or --input-shape (a transformers configuration)", and ``--input-shape`` is then refused
+    ("applies only to a torch module ..., catalog models take --seq-len"). The line names --seq-len, which works,
+    and not --input-shape."""
+    model = _long_context_config(tmp_path)
+    base = ["predict", "--model", model, "--gpus", "8", "--micro-batch", "1", "--steps", "1"]
+    line = _refused(base + ["--json"], capsys, "--seq-len", "10,485,760")
+    assert "--input-shape" not in line, line
+    assert _json(base + ["--seq-len", "4096", "--json"], capsys)["tokens_per_sample"] == 4096
