@@ -364,6 +364,6 @@ def get_model(name: str, *, seq_len: int | None = None, dtype: str = "float32",
         # --seq-len, for a shape and a config.json alike: the old advice, --input-shape for a configuration, is
         # refused for a config.json (it applies to torch modules, transformers:XConfig(...) among them).
         raise WorkloadError(f"--model {model.name}: its sequence of {tokens:,} tokens (seq=, or a configuration's "
-                            f"context length) is over {MAX_SEQ_LEN:,}; give a shorter one with --seq-len, at most "
+                            f"context length) is over {MAX_SEQ_LEN:,}; give a shorter one: --seq-len, at most "
                             f"{MAX_SEQ_LEN:,} tokens")
     return model
