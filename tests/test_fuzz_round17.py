@@ -45,3 +45,27 @@ def test_a_long_context_config_json_is_told_to_give_seq_len(tmp_path, capsys):
     line = _refused(base + ["--json"], capsys, "--seq-len", "10,485,760")
     assert "--input-shape" not in line, line
     assert _json(base + ["--seq-len", "4096", "--json"], capsys)["tokens_per_sample"] == 4096
+
+
+# --- 2. plan --budget-usd that every layout is over: the cheapest one, not one that does not fit memory --------------
+_BUDGET = ["plan", "--model", "llama-2-7b", "--gpus", "16", "--global-batch", "32", "--tokens", "1e12", "--verify", "0",
+           "--budget-usd", "0.0001"]
+
+
+def test_plan_over_every_budget_names_the_cheapest_layout(capsys):
+    """Before: with 1,284 layouts fitting in memory, all over ``--budget-usd 0.0001``, plan printed "(of the others,
+    closest: --gpus 16 --tp 2 --pp 2 ... needs 76.8 GiB of 75.7 GiB usable)" (a layout that does not fit, no use
+    against a budget), "0 layouts in this search (nothing fits)", and ``--json``'s ``closest_to_fitting`` was that
+    layout. Now the closest to being ranked is the cheapest layout over the budget, with its cost."""
+    out = _json(_BUDGET + ["--json"], capsys)
+    assert out["counts"]["ranked"] == 0 and out["counts"]["over_budget"] > 0
+    near = out["closest_to_fitting"]
+    assert near["memory_bytes"] <= near["usable_bytes"] and near["cost_usd"] > 0.0001
+    # ... the cheapest of them: a budget just above it ranks it first.
+    ranked = _json(_BUDGET[:-1] + [f"{near['cost_usd'] * (1 + 1e-9)!r}", "--json"], capsys)
+    assert ranked["counts"]["ranked"] >= 1 and ranked["best"]["flags"] == near["flags"]
+    outcome = run_cli(_BUDGET, capsys)
+    check_outcome(outcome, _BUDGET, "ok")
+    text = " ".join(outcome.out.split())
+    assert "nothing fits" not in text and "needs" not in text.split("no layout is within")[1], text
+    assert "cheapest" in text and near["flags"].split()[0] in text, text

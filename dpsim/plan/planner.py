@@ -539,7 +539,8 @@ class PlanResult:
     failures: FailureInputs | None = None
     """What failures cost (``rank_by="goodput"``)."""
     best_memory: object = None
-    """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
+    """Nothing ranked: the candidate closest to being ranked (an :class:`Estimate`), else ``None``: the cheapest
+    layout over ``--budget-usd`` when some fit in memory, else the one closest to fitting in memory."""
     base: PredictConfig | None = field(default=None, repr=False)
     """The job searched (for the chosen layout's whole command)."""
     degradations: tuple[LinkDegradation, ...] = ()
@@ -2621,6 +2622,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
               "verified": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
+    cheapest: Estimate | None = None
     searches = []
     uncalibrated: dict[str, list] = {}
     for n in gpus:
@@ -2723,6 +2725,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                 e = planner.through_failures(e, failures)
             if budget_usd is not None and (e.cost_usd is None or e.cost_usd > budget_usd):
                 counts["over_budget"] += 1
+                # What a budget that ranks something would be: the layout closest to fitting in memory, named
+                # when every fitting layout cost more, was no answer to a budget.
+                if e.cost_usd is not None and (cheapest is None or e.cost_usd < cheapest.cost_usd):
+                    cheapest = e
                 continue
             fitting.append((len(fitting) + len(pending), e) if lazy else e)
     if lazy:
@@ -2753,7 +2759,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     del verification["refused"]
     counts["verified"] = len(ranked_verified)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
-                      failures=failures, best_memory=closest if not fitting else None, base=base,
+                      failures=failures, best_memory=None if fitting else cheapest or closest, base=base,
                       verification=verification, degradations=planner.degradations,
                       uncalibrated={lc: n for lc, (n, _) in uncalibrated.items()})
 
