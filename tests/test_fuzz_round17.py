@@ -69,3 +69,25 @@ def test_plan_over_every_budget_names_the_cheapest_layout(capsys):
     text = " ".join(outcome.out.split())
     assert "nothing fits" not in text and "needs" not in text.split("no layout is within")[1], text
     assert "cheapest" in text and near["flags"].split()[0] in text, text
+
+
+# --- 3. --algo/--proto with '^' inside the list ---------------------------------------------------------------------
+@pytest.mark.parametrize("flag, text, fixed", [
+    ("--algo", "^ring,^tree", "^ring,tree"),
+    ("--algo", "ring,^tree", None),
+    ("--proto", "^LL,^LL128", "^LL,LL128"),
+])
+@pytest.mark.parametrize("command", ["collective", "predict"])
+def test_a_caret_inside_the_list_says_where_it_goes(flag, text, fixed, command, capsys):
+    """Before: ``--algo ^ring,^tree`` (excluding two, written as one would guess) was refused "'^tree' is not known;
+    choose from ring, tree, ... (comma-separated, or ^name to exclude)": tree is known, and the advice repeats what
+    was given. As NCCL_ALGO reads it, '^' goes once before the list and excludes every name in it: the line says so
+    and, where every name had one, gives the spelling that works."""
+    args = [command, "--gpus", "16", "--link", "infiniband", flag, text]
+    args += ["--model", "gpt2", "--steps", "1"] if command == "predict" else []
+    line = _refused(args, capsys, flag, "once")
+    assert "is not known" not in line, line
+    if fixed:
+        assert fixed in line, line
+        fixed_args = [fixed if a == text else a for a in args]
+        check_outcome(run_cli(fixed_args, capsys), fixed_args, "ok")
