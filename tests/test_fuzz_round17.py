@@ -91,3 +91,56 @@ def test_a_caret_inside_the_list_says_where_it_goes(flag, text, fixed, command, 
         assert fixed in line, line
         fixed_args = [fixed if a == text else a for a in args]
         check_outcome(run_cli(fixed_args, capsys), fixed_args, "ok")
+
+
+# --- 4. an nccl-tests log whose time does not grow with size: no bandwidth, refused ---------------------------------
+def _log_with_times(tmp_path: Path, times_us) -> Path:
+    src = REPO / "calibration" / "reference" / "nccl-tests" / "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log"
+    lines, rows = [], iter(times_us)
+    for line in src.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0].isdigit() and len(parts) == 8:
+            parts[5] = f"{next(rows):.2f}"
+            line = "   ".join(parts)
+        lines.append(line)
+    path = tmp_path / "all_reduce_perf.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("times_us", [
+    [100.0] * 7,                                   # every size the same time
+    [1000.0 / 2 ** i for i in range(7)],           # faster as it grows
+    [43.83, 101.9, 133.5, 684.6, 2420.6, 2420.6, 2420.6],  # flat from 256 MB to 16 GiB
+])
+def test_a_log_without_a_bandwidth_is_refused(times_us, tmp_path, capsys):
+    """Before: ``calibrate --from-nccl-tests`` of a log whose time stays flat (or falls) over its largest sizes wrote
+    a profile whose last piece had no per-byte cost (``bus_bandwidth_bytes_per_s: null``), with no warning for the
+    flat log, and ``collective --calibration`` then predicted a 2 GiB all-reduce at 18.75 us (200,431 GB/s bus
+    bandwidth on 8 A100s) or 100 us (37,581 GB/s). Now one line naming the log and the sizes, nothing written."""
+    log = _log_with_times(tmp_path, times_us)
+    out = tmp_path / "p.json"
+    _refused(["calibrate", "--from-nccl-tests", str(log), "--out", str(out)], capsys, str(log), "bandwidth")
+    assert not out.exists()
+
+
+def test_a_profile_whose_last_piece_has_no_bandwidth_is_refused(tmp_path, capsys):
+    """The same profile written by hand (its last segment's ``bus_bandwidth_bytes_per_s`` null): refused on load
+    naming the field, as the loader refuses a bandwidth of 0."""
+    doc = json.loads((REPO / "calibration" / "profiles" / "a100-nvswitch-8gpu.json").read_text())
+    segments = doc["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"]
+    segments[-1]["bus_bandwidth_bytes_per_s"] = None
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    _refused(["collective", "--calibration", str(path), "--gpus", "8", "--link", "dgx-a100"], capsys,
+             f"segments[{len(segments) - 1}].bus_bandwidth_bytes_per_s", "null")
+    # ... a piece below the last may have none (latency-bound small messages).
+    if len(segments) > 1:
+        doc["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"][-1] = \
+            json.loads((REPO / "calibration" / "profiles" / "a100-nvswitch-8gpu.json").read_text())[
+                "collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"][-1]
+        segments = doc["collectives"]["intra_node"]["ops"]["all_reduce"]["fit"]["segments"]
+        segments[0]["bus_bandwidth_bytes_per_s"] = None
+        path.write_text(json.dumps(doc))
+        check_outcome(run_cli(["collective", "--calibration", str(path), "--gpus", "8", "--link", "dgx-a100"],
+                              capsys), ["collective"], "ok")
