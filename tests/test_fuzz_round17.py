@@ -144,3 +144,19 @@ def test_a_profile_whose_last_piece_has_no_bandwidth_is_refused(tmp_path, capsys
         path.write_text(json.dumps(doc))
         check_outcome(run_cli(["collective", "--calibration", str(path), "--gpus", "8", "--link", "dgx-a100"],
                               capsys), ["collective"], "ok")
+
+
+# --- 5. an nccl-tests row past the largest size: the log's line, not the profile's field ----------------------------
+def test_a_log_row_past_the_largest_size_names_the_line(tmp_path, capsys):
+    """Before: a row of 17,179,869,184,000 B (a log edited, or nccl-tests -e 16T) was refused as "(profile for
+    p.json): collectives.intra_node.ops.all_reduce.measurements[6].size_bytes: 1.7e13 is not valid", the field of a
+    profile the user never wrote. Now the log's file and line, as a time out of range is."""
+    log = _log_with_times(tmp_path, [43.83, 101.9, 133.5, 684.6, 2420.6, 8203.9, 127997.0])
+    text = log.read_text().replace("17179869184   4294967296", "17179869184000   4294967296000")
+    assert text != log.read_text()
+    log.write_text(text)
+    out = tmp_path / "p.json"
+    line = _refused(["calibrate", "--from-nccl-tests", str(log), "--out", str(out)], capsys, f"{log} line ",
+                    "17179869184000")
+    assert "profile for" not in line and "measurements[" not in line, line
+    assert not out.exists()
