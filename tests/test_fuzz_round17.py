@@ -160,3 +160,57 @@ def test_a_log_row_past_the_largest_size_names_the_line(tmp_path, capsys):
                     "17179869184000")
     assert "profile for" not in line and "measurements[" not in line, line
     assert not out.exists()
+
+
+# --- 6. plan of a torch module: its example input, and data parallelism for a module without blocks ---------------
+_MLP = '''
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(64, 256)
+        self.down = nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def build():
+    return MLP()
+'''
+
+
+def _mlp(tmp_path: Path) -> str:
+    path = tmp_path / "mlp.py"
+    path.write_text(_MLP)
+    return f"{path}:build"
+
+
+def test_plan_takes_a_torch_modules_input_shape(tmp_path, capsys):
+    """Before: ``plan --model mlp.py:build`` (no example_input()) was refused "needs an example input: pass
+    --input-shape", and ``plan --input-shape`` was refused "No such option: --input-shape": no way to plan it from
+    the command line. plan takes --input-shape as predict does."""
+    pytest.importorskip("torch")
+    model = _mlp(tmp_path)
+    out = _json(["plan", "--model", model, "--input-shape", "8,64", "--gpus", "8", "--global-batch", "32",
+                 "--link", "infiniband", "--verify", "1", "--top", "3", "--json"], capsys)
+    assert out["layouts"] and "--input-shape 8,64" in out["command"], out["command"]
+
+
+def test_plan_ranks_data_parallelism_for_a_module_without_blocks(tmp_path, capsys):
+    """Before: a module without repeated blocks (an MLP: 0 blocks to split into stages) had no candidate at all, not
+    even --tp 1 --pp 1: "no layout of mlp:build exists on --gpus 8 and --global-batch 32 (3 refused by the model's
+    shape or the placement); change the GPU count or the global batch", though predict runs it on 8 GPUs. Its
+    data-parallel layouts are searched; the best one is predict's step."""
+    pytest.importorskip("torch")
+    import dpsim
+
+    config = dpsim.PredictConfig(model=_mlp(tmp_path), input_shape="8,64", gpu="h100", link="infiniband")
+    result = dpsim.plan(config, gpus=[8], global_batch=32, verify=1, top=5)
+    assert result.ranked and all(e.candidate.tp == e.candidate.pp == 1 for e in result.ranked)
+    best = result.best
+    again = dpsim.predict(best.candidate.config(result.base))
+    assert again.step_time_s == pytest.approx(best.step_time_s, rel=1e-9)

@@ -1282,7 +1282,9 @@ class Planner:
         """Every layout of the search space on ``gpus`` GPUs, and how many were refused by placement."""
         topo = self.topology(gpus)
         domain = nvlink_domain_gpus(topo)
-        n_blocks = self.n_blocks
+        # A module without repeated blocks (an MLP of two attributes) splits into no stages, but runs whole on
+        # each GPU: it had no candidate at all, not even --pp 1 ("no layout ... exists"), while predict ran it.
+        n_blocks = max(self.n_blocks, 1)
         moe = self.model.moe
         refused = 0
         no_fp8_params = self.no_fp8_params
@@ -1361,6 +1363,8 @@ class Planner:
                         continue  # the layout path's modes
                     if recompute == "moe" and self.model.moe is None:
                         continue
+                    if recompute != "off" and not self.n_blocks:
+                        continue  # predict: "--recompute full: model ... has no block units to checkpoint"
                     for sp in sps:
                         if sp and tp == 1:
                             continue
