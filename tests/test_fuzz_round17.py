@@ -214,3 +214,37 @@ def test_plan_ranks_data_parallelism_for_a_module_without_blocks(tmp_path, capsy
     best = result.best
     again = dpsim.predict(best.candidate.config(result.base))
     assert again.step_time_s == pytest.approx(best.step_time_s, rel=1e-9)
+
+
+# --- 7. --moe-a2a-overlap with nothing to pair -------------------------------------------------------------------
+_MOE = ["--model", "mixtral-8x7b", "--gpus", "64", "--link", "aws-p5", "--strategy", "zero1", "--precision",
+        "bf16-params", "--micro-batch", "1", "--steps", "1", "--ep", "8"]
+
+
+@pytest.mark.parametrize("command", ["predict", "memory", "goodput"])
+def test_a2a_overlap_with_one_micro_batch_and_no_pipeline_is_refused(command, capsys):
+    """Before: ``predict --ep 8 --moe-a2a-overlap`` without --pp pairs each micro-batch's backward with the next one's
+    forward, and with 1 micro-batch a step there is none: the step was 0.7470757564830582 s with the flag and
+    without, the flag dropped in silence (with --grad-accum 4 it hides 71 ms). One line naming the flag and
+    --grad-accum, as other flags that change nothing are refused."""
+    _refused([command] + _MOE + ["--moe-a2a-overlap"], capsys, "--moe-a2a-overlap", "--grad-accum")
+    with_it = _json(["predict"] + _MOE + ["--moe-a2a-overlap", "--grad-accum", "4", "--json"], capsys)
+    without = _json(["predict"] + _MOE + ["--grad-accum", "4", "--json"], capsys)
+    assert with_it["step_time_s"] < without["step_time_s"]
+
+
+def test_plan_with_a2a_overlap_leaves_it_off_where_nothing_pairs():
+    """plan's candidates with one micro-batch and no pipeline (global batch = dp x micro-batch) run without the
+    overlap, as predict takes them; the search does not fail on them."""
+    import dpsim
+
+    config = dpsim.PredictConfig(model="mixtral-8x7b", gpu="h100", link="aws-p5", precision="bf16-params")
+    result = dpsim.plan(config, gpus=[64], global_batch=64, pps=[1], eps=[8], micro_batches=[1], verify=1, top=5,
+                        moe_a2a_overlap=True)
+    assert result.ranked and any(not e.candidate.moe_a2a_overlap for e in result.ranked)
+    for e in result.ranked:
+        c = e.candidate
+        assert c.moe_a2a_overlap == (64 // (c.micro_batch * c.dp) > 1), c.flags()
+    paired = dpsim.plan(config, gpus=[64], global_batch=256, pps=[1], eps=[8], micro_batches=[1], verify=1, top=5,
+                        moe_a2a_overlap=True)
+    assert paired.ranked and all(e.candidate.moe_a2a_overlap for e in paired.ranked)

@@ -1384,7 +1384,7 @@ class Planner:
                             # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
                             # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
                             overlap = ep > 1 and (
-                                (self.moe_a2a_overlap and (pp == 1 or schedule in A2A_OVERLAP_SCHEDULES))
+                                (self.moe_a2a_overlap and (pp == 1 and m > 1 or schedule in A2A_OVERLAP_SCHEDULES))
                                 or (schedule == "dualpipe" and self._dual_default(schedules)))
                             if self.base.execution.fp8_params and not self._holds_fp8_params(strategy,
                                                                                              layout=sharded):
