@@ -95,7 +95,8 @@ def test_a_caret_inside_the_list_says_where_it_goes(flag, text, fixed, command, 
 
 # --- 4. an nccl-tests log whose time does not grow with size: no bandwidth, refused ---------------------------------
 def _log_with_times(tmp_path: Path, times_us) -> Path:
-    src = REPO / "calibration" / "reference" / "nccl-tests" / "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log"
+    logs = REPO / "calibration" / "reference" / "nccl-tests"
+    src = logs / "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log"
     lines, rows = [], iter(times_us)
     for line in src.read_text().splitlines():
         parts = line.split()
