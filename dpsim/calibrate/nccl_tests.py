@@ -42,7 +42,7 @@ from dpsim import wording
 from dpsim.errors import ProfileError
 from dpsim.files import path_kind, read_text_capped
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_SINGLE_GPU_STEP_S
+from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SINGLE_GPU_STEP_S
 from dpsim.profile.schema import Measurement
 
 PERF_BINARIES = {
@@ -221,6 +221,10 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
         # (which named neither the flag nor the line, and showed numpy's reprs).
         if not (size > 0 and math.isfinite(size)):
             raise _fail(path, no, f"size {tok[i_size]} B is not a positive number")
+        if size > MAX_COLLECTIVE_BYTES:
+            # As a time out of range: named by its line, not later as a field of the profile being written.
+            raise _fail(path, no, f"size {tok[i_size]} B is not valid; dpsim takes at most "
+                                  f"{MAX_COLLECTIVE_BYTES:,.0f} B (1 TiB)")
         if not (time_us > 0 and math.isfinite(time_us)):
             raise _fail(path, no, f"time {tok[i_time]} us is not a positive number")
         if not MIN_LOG_TIME_US <= time_us <= MAX_LOG_TIME_US:

@@ -13,7 +13,8 @@ from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_N
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
 
-PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "mtp_depth", "flash_attention",
+PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "input_shape", "mtp_depth",
+               "flash_attention",
                "attention_kernel", "activations",
                "precision", "fp8", "fp8_params", "compile",
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",

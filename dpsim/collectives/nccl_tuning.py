@@ -253,6 +253,13 @@ def _parse_list(text, choices, field_name, *, aliases, default):
     raw = text.strip()
     exclude = raw.startswith("^")
     names = [t.strip() for t in raw.lstrip("^").split(",") if t.strip()]
+    inside = [t for t in names if t.startswith("^")]
+    if inside:
+        # `^ring,^tree` (two exclusions, as one would guess) was refused "'^tree' is not known", tree being known.
+        # NCCL_ALGO/NCCL_PROTO read one '^' at the start as excluding every name in the list.
+        fix = f"; give ^{','.join(t.lstrip('^') for t in names)}" if exclude and len(inside) == len(names) - 1 else ""
+        raise ConfigError(f"{field_name}: {text!r} puts '^' before {inside[0].lstrip('^')!r}; '^' goes once, before "
+                          f"the whole list, and excludes every name in it (as NCCL's variable reads it){fix}")
     lookup = {c.lower(): c for c in choices}
     out = []
     for t in names:

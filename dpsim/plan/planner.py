@@ -539,7 +539,8 @@ class PlanResult:
     failures: FailureInputs | None = None
     """What failures cost (``rank_by="goodput"``)."""
     best_memory: object = None
-    """Nothing fits: the candidate closest to fitting (an :class:`Estimate`), else ``None``."""
+    """Nothing ranked: the candidate closest to being ranked (an :class:`Estimate`), else ``None``: the cheapest
+    layout over ``--budget-usd`` when some fit in memory, else the one closest to fitting in memory."""
     base: PredictConfig | None = field(default=None, repr=False)
     """The job searched (for the chosen layout's whole command)."""
     degradations: tuple[LinkDegradation, ...] = ()
@@ -1281,7 +1282,9 @@ class Planner:
         """Every layout of the search space on ``gpus`` GPUs, and how many were refused by placement."""
         topo = self.topology(gpus)
         domain = nvlink_domain_gpus(topo)
-        n_blocks = self.n_blocks
+        # A module without repeated blocks (an MLP of two attributes) splits into no stages, but runs whole on
+        # each GPU: it had no candidate at all, not even --pp 1 ("no layout ... exists"), while predict ran it.
+        n_blocks = max(self.n_blocks, 1)
         moe = self.model.moe
         refused = 0
         no_fp8_params = self.no_fp8_params
@@ -1360,6 +1363,8 @@ class Planner:
                         continue  # the layout path's modes
                     if recompute == "moe" and self.model.moe is None:
                         continue
+                    if recompute != "off" and not self.n_blocks:
+                        continue  # predict: "--recompute full: model ... has no block units to checkpoint"
                     for sp in sps:
                         if sp and tp == 1:
                             continue
@@ -1379,7 +1384,7 @@ class Planner:
                             # all-to-alls (arXiv:2412.19437 Sec. 3.2.1): searched for an MoE with ep > 1, it
                             # runs them overlapped (predict's --moe-a2a-overlap with --schedule dualpipe).
                             overlap = ep > 1 and (
-                                (self.moe_a2a_overlap and (pp == 1 or schedule in A2A_OVERLAP_SCHEDULES))
+                                (self.moe_a2a_overlap and (pp == 1 and m > 1 or schedule in A2A_OVERLAP_SCHEDULES))
                                 or (schedule == "dualpipe" and self._dual_default(schedules)))
                             if self.base.execution.fp8_params and not self._holds_fp8_params(strategy,
                                                                                              layout=sharded):
@@ -2621,6 +2626,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
               "verified": 0}
     fitting: list[Estimate] = []
     closest: Estimate | None = None
+    cheapest: Estimate | None = None
     searches = []
     uncalibrated: dict[str, list] = {}
     for n in gpus:
@@ -2723,6 +2729,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                 e = planner.through_failures(e, failures)
             if budget_usd is not None and (e.cost_usd is None or e.cost_usd > budget_usd):
                 counts["over_budget"] += 1
+                # What a budget that ranks something would be: the layout closest to fitting in memory, named
+                # when every fitting layout cost more, was no answer to a budget.
+                if e.cost_usd is not None and (cheapest is None or e.cost_usd < cheapest.cost_usd):
+                    cheapest = e
                 continue
             fitting.append((len(fitting) + len(pending), e) if lazy else e)
     if lazy:
@@ -2753,7 +2763,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     del verification["refused"]
     counts["verified"] = len(ranked_verified)
     return PlanResult(ranked=ranked, counts=counts, wall_s=time.perf_counter() - t0, rank_by=rank_by,
-                      failures=failures, best_memory=closest if not fitting else None, base=base,
+                      failures=failures, best_memory=None if fitting else cheapest or closest, base=base,
                       verification=verification, degradations=planner.degradations,
                       uncalibrated={lc: n for lc, (n, _) in uncalibrated.items()})
 

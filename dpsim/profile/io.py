@@ -221,6 +221,11 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
         if latency == 0 and seg.seconds_per_byte == 0:
             sd.fail(sd.field("bus_bandwidth_bytes_per_s"), None,
                     "a number > 0 when latency_s is 0 (the segment would cost nothing)")
+        if i == len(raw_segs) - 1 and seg.seconds_per_byte == 0:
+            # The last piece extends to every larger message (dpsim calibrate refuses to write one without).
+            sd.fail(sd.field("bus_bandwidth_bytes_per_s"), None,
+                    "a number for the last segment, which extends to every larger message (null: no per-byte "
+                    "cost, any size at the same time)")
         segments.append(seg)
         previous_last = last
     fit = AlphaBetaFit(

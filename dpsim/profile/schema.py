@@ -64,7 +64,9 @@ from dataclasses import field
 from typing import Any
 
 from dpsim.collectives.ops import OPS, bus_factor
+from dpsim.errors import ProfileError
 from dpsim.frozen import frozen_dataclass
+from dpsim.limits import MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S
 from dpsim.profile.fit import AlphaBetaFit, Segment, fit_alpha_beta
 from dpsim.stats import fixed
 
@@ -432,6 +434,15 @@ def make_op_calibration(op: str, link_class: str, n_ranks: int, measurements: li
     times = [m.time_s for m in measurements]
     sigma = relative_uncertainties(measurements)
     fit = fit_alpha_beta(sizes, times, what=what, rel_sigma=sigma)
+    last = fit.segments[-1]
+    if last.seconds_per_byte * MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S <= op_bus_factor(op, n_ranks):
+        # The last piece extends to every larger message: without a per-byte cost (or with a bus bandwidth past any
+        # the loader takes) a log whose time stayed flat or fell over its largest sizes made a profile predicting a
+        # 2 GiB all-reduce on 8 A100s in 18.75 us, or was refused naming a field of the profile, not the log.
+        raise ProfileError(f"{what}: {op}'s time does not grow with size from {last.first_size_bytes:,.0f} to "
+                           f"{last.last_size_bytes:,.0f} B, its largest sizes, so the fit has no bandwidth (at most "
+                           f"{MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S:g} B/s) and larger messages would cost no more; check "
+                           f"the times (or measure larger sizes)")
     line = fit_alpha_beta(sizes, times, max_segments=1, what=what, rel_sigma=sigma)
     return OpCalibration(op=op, link_class=link_class, n_ranks=n_ranks, fit=fit,
                          measurements=tuple(sorted(measurements, key=lambda m: m.size_bytes)),

@@ -157,7 +157,8 @@ def _verification_line(result) -> str:
     low, high = v["bound"]
     why = {"bound": "no other estimate could beat the best simulated one",
            "count": "--verify reached", "time": "--verify-seconds reached",
-           "none": "--verify 0" if result.ranked else "nothing fits"}[v["stopped_by"]]
+           "none": "--verify 0" if result.ranked else
+           "nothing within --budget-usd" if result.counts.get("over_budget") else "nothing fits"}[v["stopped_by"]]
     left = v["within_bound"] - v["simulated"]
     n = v["simulated"]
     return (f"* simulated step by step (ranked by it, p10-p90 model error in brackets): {n} layout{'s' * (n != 1)} in "
@@ -217,10 +218,12 @@ def print_plan(result, base, *, global_batch: int, console: Console | None = Non
         need, usable = format_bytes_against(near.memory_bytes, near.usable_bytes) if near is not None else ("", "")
         hint = f"; closest: {escape(near.candidate.flags())} needs {need} of {usable} usable" if near is not None else ""
         if counts.get("over_budget"):
-            # It said "no layout fits; add GPUs" when every layout fitted but cost more than --budget-usd.
+            # It said "no layout fits; add GPUs" when every layout fitted but cost more than --budget-usd, then
+            # named the layout closest to fitting in memory (one that does not fit): the cheapest is the answer.
+            cheapest = (f" (the cheapest: {escape(near.candidate.flags())} at {_usd(near.cost_usd)})"
+                        if near is not None and near.cost_usd is not None else "")
             console.print(f"[bold red]no layout is within --budget-usd[/bold red]: {counts['over_budget']:,} fit in "
-                          f"memory but cost more{hint.replace(';', ' (of the others,', 1) + ')' if hint else ''}; "
-                          f"raise the budget or lower --tokens/--samples")
+                          f"memory but cost more{cheapest}; raise the budget or lower --tokens/--samples")
             return
         console.print(f"[bold red]no layout fits[/bold red]{hint}; add GPUs, or allow more tensor parallelism")
         return

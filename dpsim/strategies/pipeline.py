@@ -115,6 +115,13 @@ hides under each other's compute with pipeline stages (:func:`a2a_pairs`)."""
 def check_schedule(layout: Layout) -> None:
     """The rules between the pipeline flags (one line each)."""
     p, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
+    if layout.moe_a2a_overlap and p == 1 and m < 2:
+        # a2a_pairs: without stages a backward pairs with the next micro-batch's forward; with one a step there is
+        # none, and the flag changed nothing (the same step to the last digit) without a word.
+        raise ConfigError(f"--moe-a2a-overlap: without --pp it pairs each micro-batch's backward with the next one's "
+                          f"forward, and this step runs {count(m, 'micro-batch', 'micro-batches')} per replica, so "
+                          f"nothing overlaps; give --grad-accum 2 or more (or a --global-batch that makes them), or "
+                          f"leave it out")
     if layout.moe_a2a_overlap and p > 1 and layout.schedule not in A2A_OVERLAP_SCHEDULES:
         raise ConfigError(f"--moe-a2a-overlap: with --pp {p} a forward and a backward run paired only in the "
                           f"interleaved schedule (Megatron-Core) or DualPipe's F&B; give --schedule "

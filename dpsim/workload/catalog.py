@@ -361,7 +361,9 @@ def get_model(name: str, *, seq_len: int | None = None, dtype: str = "float32",
     if seq_len is None and tokens > MAX_SEQ_LEN:
         # --seq-len is bounded, a shape's own sequence was not: transformer:...,seq=10000000 (or a
         # transformers config's max_position_embeddings) predicted a 24-day step at an MFU of 96 %.
+        # --seq-len, for a shape and a config.json alike: the old advice, --input-shape for a configuration, is
+        # refused for a config.json (it applies to torch modules, transformers:XConfig(...) among them).
         raise WorkloadError(f"--model {model.name}: its sequence of {tokens:,} tokens (seq=, or a configuration's "
-                            f"context length) is over {MAX_SEQ_LEN:,}; give a shorter one: --seq-len (a shape) or "
-                            f"--input-shape (a transformers configuration), at most {MAX_SEQ_LEN:,} tokens")
+                            f"context length) is over {MAX_SEQ_LEN:,}; give a shorter one: --seq-len, at most "
+                            f"{MAX_SEQ_LEN:,} tokens")
     return model
