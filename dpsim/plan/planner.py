@@ -147,7 +147,7 @@ from dpsim.predict.run import (
     build_collectives,
     has_placeable_group,
     load_model,
-    predict,
+    predict_resolved,
     rack_placement_unused,
     refuse_named_links_contiguous,
     resolve_topology,
@@ -155,6 +155,8 @@ from dpsim.predict.run import (
 )
 from dpsim.profile.calibrated import calibrated_device
 from dpsim.profile.io import load_profile
+from dpsim.profile.once import reads_profiles_once
+from dpsim.profile.schema import Profile
 from dpsim.strategies.layout import (
     ChunkWork,
     PARAM_SHARDING_LAYOUT_STRATEGIES,
@@ -733,8 +735,13 @@ class Planner:
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
                  tp_across_network: bool | None = None, cp_comm: str | None = None,
                  moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None,
-                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = ()):
+                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = (),
+                 profile: Profile | None = None):
         self.base = base
+        self.profile = profile if profile is not None or base.calibration.profile is None \
+            else load_profile(base.calibration.profile)
+        """``base``'s calibration profile, read once for the search (``None`` without one): the device, the
+        collectives and the compute efficiency of every candidate, and the layouts it simulates."""
         self.degradations = tuple(degradations)
         """Links below capacity (``--degrade``): every candidate's communicators are costed on them, as
         ``predict --degrade`` costs its own (:func:`~dpsim.predict.run.build_collectives`)."""
@@ -809,8 +816,7 @@ class Planner:
                 if self.base.calibration.profile is not None:
                     # As predict's device: the profile's measured matmul rates and copy bandwidth where it
                     # measured them (plan costed the preset's: 0.59x its simulation at a measured 120 TFLOP/s).
-                    profile = load_profile(self.base.calibration.profile)
-                    self.gpu = check_cpu_compute(self.base, profile, calibrated_device(profile, self.gpu))
+                    self.gpu = check_cpu_compute(self.base, self.profile, calibrated_device(self.profile, self.gpu))
                 # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,
                 # not a missing 'float8' rate found while costing the first layout.
                 check_precision_on_gpu(self.precision, self.gpu)
@@ -848,7 +854,7 @@ class Planner:
                 # by GroupCollectives): built from an aligned base, predict's refusal of contiguous for data
                 # parallelism alone (no layout here) does not apply to it.
                 inner = build_collectives(dataclasses.replace(self.base, rack_placement="aligned"),
-                                          self.topology(gpus), degradations=self.degradations)
+                                          self.topology(gpus), profile=self.profile, degradations=self.degradations)
             except ConfigError as exc:
                 if not str(exc).startswith("--degrade:") or " names " not in str(exc):
                     raise
@@ -952,7 +958,7 @@ class Planner:
             # layers.
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, precision,
                                                           memo=self._layer_times.setdefault((micro_batch, precision),
-                                                                                            {}))
+                                                                                            {}), profile=self.profile)
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
@@ -2469,6 +2475,7 @@ class Planner:
 
 
 @gc_paused
+@reads_profiles_once
 def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
@@ -2500,7 +2507,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     of layouts creates millions of objects, none in a reference cycle, which it would only walk (~10 % of
     DeepSeek-V3's 16,384-GPU search)."""
     t0 = time.perf_counter()
-    base = resolve(base).config
+    resolved = resolve(base)
+    base = resolved.config
     # The layout a candidate sets itself, given on the base (the API's PredictConfig(tp=4)): the search replaced
     # it in silence (tp=4 searched every tp, ep=2 on a dense model was not even refused). gpus and micro_batch
     # are the search's own arguments (every caller's base carries them: the command line's micro-batch 1).
@@ -2562,7 +2570,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     degradations = VariabilitySpec(degradations=degradations).degradations
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
-                      cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations)
+                      cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations,
+                      profile=resolved.profile)
     if base.cluster.rack_placement == "contiguous":
         # As predict refuses it where it changes nothing: on no searched GPU count does a group straddle a rack
         # (no multi-server NVLink domain, or every count inside one). A candidate of data parallelism alone, or a
@@ -2854,7 +2863,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
             stopped = "time"
             continue
         try:
-            pred = predict(e.candidate.config(base), degradations=planner.degradations)
+            pred = predict_resolved(resolve(e.candidate.config(base), planner.profile), degradations=planner.degradations)
         except DpsimError:
             out.append((e, None))
             continue

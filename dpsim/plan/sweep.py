@@ -49,6 +49,7 @@ from dpsim.plan.grid import SweepSpec
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict
+from dpsim.profile.once import reads_profiles_once
 from dpsim.workload.catalog import get_model
 
 # ---------------------------------------------------------------------------- rows
@@ -232,6 +233,7 @@ CHUNK_S = 1.0
 """Target work per Dask task: long enough that scheduling costs little, short enough to balance."""
 
 
+@reads_profiles_once
 def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int | None = None,
                   client: Any = None, progress: bool = False, skip_invalid: bool = False,
                   connect_timeout_s: float = 10.0,
@@ -385,6 +387,7 @@ def run_sweep(spec: SweepSpec, **kwargs: Any):
     return to_dataframe(sweep_records(spec, **kwargs))
 
 
+@reads_profiles_once
 def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
           samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
           scheduler: str | None = None, workers: int | None = None, client: Any = None,
