@@ -185,7 +185,13 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, gathers_fp8_weights, layers_fp8_weight_numel
+from dpsim.workload.fp8 import (
+    caches_fp8_weights,
+    gathered_weight_bytes,
+    gathers_fp8_weights,
+    layers_fp8_weight_numel,
+    layers_gathered_bytes,
+)
 from dpsim.workload.precision import (FP8_PARAMS_STRATEGIES, check_fp8_params_strategy, check_precision_on_gpu,
                                       get_precision)
 from dpsim.workload.routing import parse_routing
@@ -1072,7 +1078,7 @@ class Planner:
             bwd = {u.name: 0 if u.is_root else u.numel for u in units}
         # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gathered_weight_bytes).
         recipe = self.gather_fp8(c.strategy, False)
-        fp8 = {u.name: layers_fp8_weight_numel(self.model, u.layers) if recipe is not None else 0 for u in units}
+        fp8 = {u.name: layers_fp8_weight_numel(self.model, u.layers, recipe) if recipe is not None else 0 for u in units}
         gather_fwd = [self.cost(gc, group, "all_gather", self._gather_bytes(u.numel, fp8[u.name], recipe))
                       for u in units]
         gather_bwd = sum(self.cost(gc, group, "all_gather",
@@ -1133,8 +1139,7 @@ class Planner:
         if hit is None:
             units, _ = self.units()
             shard = {u.name: unit_shard_numel(u.params, world, p.fsdp_version) for u in units}
-            gathered = {u.name: gathered_weight_bytes(shard[u.name] * world,
-                                                      layers_fp8_weight_numel(self.model, u.layers),
+            gathered = {u.name: layers_gathered_bytes(self.model, u.layers, shard[u.name] * world,
                                                       self.precision.weight_bytes, self.precision.fp8)
                         for u in units}
             hit = self._steady[key] = unit_copies(strategy, units, shard, world, precision=self.precision,
@@ -1186,8 +1191,8 @@ class Planner:
                 ops = [self.cost(gc, "dp", "reduce_scatter", n * g) for n in sizes]
                 layers = [min(owner[q.name] for q in bk) for bk in buckets]
                 # FP8 primary weights gather the FP8 linears' weights in FP8 (predict's zero1 program).
-                gather = self.cost(gc, "dp", "all_gather", gathered_weight_bytes(
-                    padded, layers_fp8_weight_numel(self.model, range(len(self.model.layers))), w, self.precision.fp8))
+                gather = self.cost(gc, "dp", "all_gather", layers_gathered_bytes(
+                    self.model, range(len(self.model.layers)), padded, w, self.precision.fp8))
             hit = self._steady[key] = (tuple(zip(layers, ops)), compute, before, after, gather, per_mb)
         buckets, compute, before, after, gather, per_mb = hit
         total = sum(op for _, op in buckets)

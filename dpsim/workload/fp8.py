@@ -285,8 +285,10 @@ def fp8_weight_numel(layer: LayerSpec, recipe: Fp8Recipe | None = None) -> int:
     return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops if runs_in_fp8(op, recipe)))
 
 
-def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None = None) -> int:
-    """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's)."""
+def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None) -> int:
+    """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's) under
+    ``recipe`` (the job's, always: TransformerEngine's run a mixture of experts' grouped GEMMs in FP8, so
+    without it a TE job's FP8 expert weights were gathered and held as 16-bit ones)."""
     return sum(fp8_weight_numel(model.layers[i], recipe) for i in layer_indices)
 
 
@@ -452,6 +454,18 @@ def gathers_fp8_weights(recipe: Fp8Recipe | None) -> bool:
     the parameter itself is FP8, so Megatron-Core's distributed optimizer gathers its FP8 bytes,
     ``DistributedDataParallelConfig.fp8_param_gather``)."""
     return recipe is not None and (recipe.fsdp_float8_all_gather or recipe.fp8_params)
+
+
+def layers_gathered_bytes(model, layer_indices, full_numel: float, weight_bytes: float,
+                          recipe: Fp8Recipe | None) -> float:
+    """:func:`gathered_weight_bytes` of ``full_numel`` parameters of ``model``'s layers at ``layer_indices`` (an
+    FSDP unit's, or every layer for zero1's gather of the updated parameters), their FP8 weights counted under
+    ``recipe`` (:func:`layers_fp8_weight_numel`): the one count of every parameter all-gather of predict's
+    programs, the memory model and plan."""
+    if not gathers_fp8_weights(recipe):
+        return full_numel * weight_bytes
+    return gathered_weight_bytes(full_numel, layers_fp8_weight_numel(model, layer_indices, recipe), weight_bytes,
+                                 recipe)
 
 
 def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: float, recipe: Fp8Recipe | None) -> float:
