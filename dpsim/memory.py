@@ -128,7 +128,7 @@ from dpsim.strategies.tensor import (
 from dpsim.strategies.zero import internlm_stages
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.fp8 import (
-    FP8_BYTES,
+    fp8_element_bytes,
     fp8_saved_input_delta_bytes,
     fp8_saved_input_elements,
     fp8_weight_numel,
@@ -647,7 +647,7 @@ def memory_breakdown(
             # FP8 primary weights (TransformerEngine's under FSDP2): the shard of each FP8 linear weight is
             # the FP8 parameter itself, one byte and its scales, beside the fp32 master in the optimizer (K);
             # gathered in FP8 (gathered_weight_bytes). fsdp-shard-grad-op's unsharded weights likewise.
-            per = FP8_BYTES + precision.fp8.scale_bytes_per_element
+            per = fp8_element_bytes(precision.fp8)
             fp8_shard = sum(-(-layers_fp8_weight_numel(model, u.layers, precision.fp8) // group) for u in units)
             fp8_weights = fp8_shard * per
             if strategy == "fsdp-shard-grad-op":
@@ -1135,7 +1135,7 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
                 # shards every parameter alike), each gathered unit's too
                 # (:func:`~dpsim.workload.fp8.gathered_weight_bytes`), whose copies live while it is gathered.
                 fp8_shard = -(-fp8_numel // d)
-                fp8_weights = fp8_shard * (FP8_BYTES + precision.fp8.scale_bytes_per_element)
+                fp8_weights = fp8_shard * fp8_element_bytes(precision.fp8)
                 weights = (shard - fp8_shard) * w + fp8_weights
                 gathered = max((gathered_weight_bytes(n, f, w, precision.fp8) for n, f in
                                 _unit_numels(tpm, assignment[s], experts_local=layout.experts_apart

@@ -2357,24 +2357,19 @@ class Planner:
             # 1F1B and the interleaved schedule past m = p, where replayed: likewise in the replay.
             # Not with parameter gathers (zero1, fsdp): played at the step's start they read up to 1.033x (Mixtral
             # tp8 pp2 ep8 zero1 v4 m = 2p, 1.03x more slowdown than the engine's), the closed form's stall 0.99x.
-            replay_dp = replayed and overlap and collectives \
-                and not reshards_after_forward(layout) and c.strategy == "ddp"
-            if replay_dp:
+            played = overlap and collectives and not reshards_after_forward(layout)
+            replay_dp = played and replayed and c.strategy == "ddp"
+            if replay_dp or (played and all_warmup):
                 streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
                                              grad_group=grad_group, edp=edp,
                                              kinds=tuple((stage_params[s], per_stage[s][2],
                                                           tuple(len(layers) for layers in assignment[s]))
                                                          for s in range(p)))
+            if replay_dp:
                 token = self.cost(gc, "pp", "broadcast", 0.0)
                 waves = self.blocking_dp_s(tab, assignment, p, v, m, streams, contention, p2p_one, token, gather)
                 pipe += waves[0] - self.blocking_s(tab, assignment, p, v, m, p2p_one, token, gather)
-            elif all_warmup and overlap and collectives \
-                    and not reshards_after_forward(layout):
-                streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
-                                             grad_group=grad_group, edp=edp,
-                                             kinds=tuple((stage_params[s], per_stage[s][2],
-                                                          tuple(len(layers) for layers in assignment[s]))
-                                                         for s in range(p)))
+            elif played and all_warmup:
                 waves = self.interleaved_all_warmup_dp_s(tab, assignment, p, v, streams, contention,
                                                          p2p_one + gather)
                 pipe += waves[0] - self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather)

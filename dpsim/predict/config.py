@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
-from dpsim.errors import ConfigError, DpsimError
+from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (

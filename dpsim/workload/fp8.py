@@ -292,6 +292,13 @@ def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None) -> i
     return sum(fp8_weight_numel(model.layers[i], recipe) for i in layer_indices)
 
 
+def fp8_element_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes of one FP8 element as ``recipe`` writes it: one byte and its share of the scales
+    (:attr:`Fp8Recipe.scale_bytes_per_element`). Every FP8 copy counts this way: a cast's output, a saved input,
+    an FP8 primary weight's shard."""
+    return FP8_BYTES + recipe.scale_bytes_per_element
+
+
 def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, cached: bool) -> float:
     """Bytes a TransformerEngine linear keeps per weight element for its FP8 weight from forward to
     backward, with its scales: ``cached`` (the caller passes ``is_first_microbatch``, as Megatron-Core
@@ -320,7 +327,7 @@ def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, 
         scales = recipe.scale_bytes_per_element if recipe.weight_scale_bytes_per_element is None \
             else recipe.weight_scale_bytes_per_element
         return recipe.cached_weight_copies * (FP8_BYTES + scales)
-    per_copy = FP8_BYTES + recipe.scale_bytes_per_element
+    per_copy = fp8_element_bytes(recipe)
     if cached or recipe.column_copy == "always":
         return fp8_copies(recipe, architecture) * per_copy
     return per_copy
@@ -424,7 +431,7 @@ def fp8_saved_input_delta_bytes(replaced: float, added: float, recipe: Fp8Recipe
     ``activation_bytes`` gone."""
     if recipe is None or not (replaced or added):
         return 0.0
-    per = FP8_BYTES + recipe.scale_bytes_per_element
+    per = fp8_element_bytes(recipe)
     return added * per - replaced * (activation_bytes - per)
 
 
@@ -541,7 +548,7 @@ def cast_pass_bytes_per_element(recipe: Fp8Recipe, cast: CastPass, high_precisio
     """Device-memory bytes one cast of ``cast`` moves per element: its amax reads and its read of
     the tensor (FP8 for ``w_t``), and its FP8 copies with their scales."""
     read = FP8_BYTES if cast.reads_fp8 else high_precision_bytes
-    return (cast.amax_reads + 1) * read + cast.copies * (FP8_BYTES + recipe.scale_bytes_per_element)
+    return (cast.amax_reads + 1) * read + cast.copies * fp8_element_bytes(recipe)
 
 
 def cast_pass_kernels(cast: CastPass) -> float:
