@@ -70,7 +70,9 @@ def test_mix_reads_a_profile_its_jobs_share_once(counted, tmp_path, capsys):
     assert counted == {"read": 1, "parse": 1}
 
 
-def test_the_api_reads_a_profile_once_per_call(counted):
+def test_the_api_reads_a_profile_once_per_call(counted, tmp_path):
+    from dpsim.report.html import write_report
+
     config = PredictConfig(gpus=16, link="infiniband", model="gpt2", calibration=PROFILE)
     calls = {
         "predict": lambda: dpsim.predict(config),
@@ -78,6 +80,8 @@ def test_the_api_reads_a_profile_once_per_call(counted):
         "sweep": lambda: dpsim.sweep(gpus=[8, 16], link="infiniband", model="gpt2", calibration=PROFILE),
         "plan": lambda: dpsim.plan(config, gpus=[16], global_batch=64),
         "goodput": lambda: dpsim.goodput(config, duration_s=86400.0),
+        "predict_with_variability": lambda: dpsim.predict_with_variability(config, dpsim.VariabilitySpec(noise_cv=0.05)),
+        "write_report": lambda: write_report(tmp_path / "r.html", config),
     }
     for name, call in calls.items():
         counted.update(read=0, parse=0)

@@ -166,11 +166,13 @@ def _point_label(config: PredictConfig | None, point: dict | None = None) -> dic
     return changed or {"gpus": (point or {}).get("gpus", gpus)}
 
 
+@reads_profiles_once
 def _run_chunk(chunk: list[tuple[int, dict, str]], options: dict) -> list[tuple[int, dict]]:
     """Worker task: a chunk of ``(index, point, label)`` (module-level so Dask can pickle it by reference).
 
     The points of a chunk share their cluster (see :func:`_locality`), so a worker's caches
-    (topology, collective costs, models: :mod:`dpsim.predict.memo`) serve the whole chunk.
+    (topology, collective costs, models: :mod:`dpsim.predict.memo`) serve the whole chunk, and a worker
+    process reads each calibration profile once per chunk (:mod:`dpsim.profile.once`).
     """
     return [(i, run_point(p, label=label, **options)) for i, p, label in chunk]
 
