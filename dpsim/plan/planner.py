@@ -147,7 +147,7 @@ from dpsim.predict.run import (
     build_collectives,
     has_placeable_group,
     load_model,
-    predict_resolved,
+    predict,
     rack_placement_unused,
     refuse_named_links_contiguous,
     resolve_topology,
@@ -2863,7 +2863,8 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
             stopped = "time"
             continue
         try:
-            pred = predict_resolved(resolve(e.candidate.config(base), planner.profile), degradations=planner.degradations)
+            # Within plan_layouts' scope: the profile read once for the search (dpsim.profile.once).
+            pred = predict(e.candidate.config(base), degradations=planner.degradations)
         except DpsimError:
             out.append((e, None))
             continue
