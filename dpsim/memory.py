@@ -128,12 +128,13 @@ from dpsim.strategies.tensor import (
 from dpsim.strategies.zero import internlm_stages
 from dpsim.units import GiB, format_bytes
 from dpsim.workload.fp8 import (
-    FP8_BYTES,
+    fp8_element_bytes,
     fp8_saved_input_delta_bytes,
     fp8_saved_input_elements,
     fp8_weight_numel,
     gathered_weight_bytes,
     layers_fp8_weight_numel,
+    layers_gathered_bytes,
     runs_in_fp8,
     saved_fp8_weight_bytes_per_element,
     saves_fp8_inputs,
@@ -610,8 +611,7 @@ def memory_breakdown(
         root = sum(full[u.name] for u in units if u.is_root)
         largest = max((full[u.name] for u in units if not u.is_root), default=0)
         # Gathered parameters, in FP8 for the linears' weights under FSDP2's float8 all-gather.
-        gathered = {u.name: gathered_weight_bytes(full[u.name], layers_fp8_weight_numel(model, u.layers), w,
-                                                  precision.fp8) for u in units}
+        gathered = {u.name: layers_gathered_bytes(model, u.layers, full[u.name], w, precision.fp8) for u in units}
         root_gathered = sum(gathered[u.name] for u in units if u.is_root)
         largest_gathered = max((gathered[u.name] for u in units if not u.is_root), default=0)
         opt = shard * k
@@ -647,11 +647,11 @@ def memory_breakdown(
             # FP8 primary weights (TransformerEngine's under FSDP2): the shard of each FP8 linear weight is
             # the FP8 parameter itself, one byte and its scales, beside the fp32 master in the optimizer (K);
             # gathered in FP8 (gathered_weight_bytes). fsdp-shard-grad-op's unsharded weights likewise.
-            per = FP8_BYTES + precision.fp8.scale_bytes_per_element
-            fp8_shard = sum(-(-layers_fp8_weight_numel(model, u.layers) // group) for u in units)
+            per = fp8_element_bytes(precision.fp8)
+            fp8_shard = sum(-(-layers_fp8_weight_numel(model, u.layers, precision.fp8) // group) for u in units)
             fp8_weights = fp8_shard * per
             if strategy == "fsdp-shard-grad-op":
-                fp8_full = layers_fp8_weight_numel(model, range(len(model.layers)))
+                fp8_full = layers_fp8_weight_numel(model, range(len(model.layers)), precision.fp8)
                 fp8_weights = fp8_full * per
                 weights = (psi - fp8_full) * w + fp8_weights + (0 if precision.master_bytes else shard * w)
             else:
@@ -659,8 +659,8 @@ def memory_breakdown(
     if precision.fp8_params and strategy == "zero1":
         # The distributed optimizer keeps every parameter whole, as a layout's zero1 stage does (one count:
         # fp8_param_weight_bytes); the fp32 master and Adam state stay in the sharded optimizer (k).
-        weights, fp8_weights = fp8_param_weight_bytes(psi, layers_fp8_weight_numel(model, range(len(model.layers))),
-                                                      precision, gpu.architecture)
+        weights, fp8_weights = fp8_param_weight_bytes(
+            psi, layers_fp8_weight_numel(model, range(len(model.layers)), precision.fp8), precision, gpu.architecture)
     return MemoryBreakdown(
         weights_bytes=float(weights),
         gradients_bytes=float(grads),
@@ -1135,7 +1135,7 @@ def _stage_terms_of(tpm, assignment, layout, gpu, precision, in_flight, activati
                 # shards every parameter alike), each gathered unit's too
                 # (:func:`~dpsim.workload.fp8.gathered_weight_bytes`), whose copies live while it is gathered.
                 fp8_shard = -(-fp8_numel // d)
-                fp8_weights = fp8_shard * (FP8_BYTES + precision.fp8.scale_bytes_per_element)
+                fp8_weights = fp8_shard * fp8_element_bytes(precision.fp8)
                 weights = (shard - fp8_shard) * w + fp8_weights
                 gathered = max((gathered_weight_bytes(n, f, w, precision.fp8) for n, f in
                                 _unit_numels(tpm, assignment[s], experts_local=layout.experts_apart

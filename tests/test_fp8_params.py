@@ -273,3 +273,36 @@ def test_the_fp8_weight_cache_is_shown_by_memory_and_predict(capsys):
     assert predicted.to_dict()["memory"]["fp8_weight_cache_bytes"] == cache
     (table,) = [t for t in prediction_tables(predicted) if str(t.title).startswith("memory per")]
     assert "  of which FP8 weight copies" in table.columns[0]._cells
+
+
+# --- FP8 primary weights of a mixture of experts: the grouped expert GEMMs are FP8 under TransformerEngine -----------
+QWEN3_MOE_FP8 = 48 * (2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 128 * (2048 * 1536 + 768 * 2048))
+"""FP8 linear weights of Qwen3-30B-A3B counted from its config (48 layers, hidden 2048, 32 query and 4 key-value heads
+of 128, 128 experts of intermediate 768; Qwen/Qwen3-30B-A3B config.json): q, k, v and o of each layer and every
+expert's gate, up and down. TransformerEngine runs the grouped expert GEMMs in FP8 (Megatron-Core's TEGroupedLinear);
+the router and the LM head stay 16-bit."""
+
+
+@pytest.mark.parametrize("recipe, gpu", [("te-delayed", "h100"), ("te-current", "b200"), ("te-blockwise", "h100"),
+                                         ("mxfp8", "b200")])
+def test_zero1_gathers_a_mixture_of_experts_fp8_weights_in_one_byte(recipe, gpu):
+    """Before: the zero1 parameter all-gather (predict's program, plan's estimate) and its memory counted the FP8
+    weights without the recipe, so a TE recipe's FP8 expert weights were gathered and held as 16-bit ones (29.9 G
+    elements of Qwen3-30B-A3B's 30.5 G moved in two bytes)."""
+    from dpsim.workload.fp8 import saved_fp8_weight_bytes_per_element
+
+    job = dict(model="qwen3-30b-a3b", gpus=64, link="infiniband", gpu=gpu, strategy="zero1", micro_batch=1,
+               precision="bf16-params", fp8=recipe, steps=1)
+    te = predict(PredictConfig(**job)).comm_bytes_by_op
+    params = predict(PredictConfig(**job, fp8_params=True))
+    assert te["all_gather"] - params.comm_bytes_by_op["all_gather"] == QWEN3_MOE_FP8
+    # Held as the FP8 parameters (and their cached transpose on Hopper, their scales), the same weights.
+    per = get_precision("bf16-params", recipe, fp8_params=True)
+    assert params.memory.fp8_weights_bytes == QWEN3_MOE_FP8 * saved_fp8_weight_bytes_per_element(
+        per.fp8, "blackwell" if gpu == "b200" else "hopper", cached=True)
+    if params.memory.fits:  # Blackwell's 180 GB: plan ranks it, with predict's memory
+        base = PredictConfig(**{k: v for k, v in job.items() if k != "strategy"}, fp8_params=True)
+        result = plan_layouts(base, gpus=[64], global_batch=64, tps=[1], pps=[1], eps=[1], strategies=["zero1"],
+                              micro_batches=[1], recomputes=["off"], verify=0)
+        (estimate,) = result.ranked
+        assert estimate.memory_bytes == pytest.approx(params.memory.total_bytes, rel=1e-12)

@@ -33,6 +33,7 @@ from typer.core import TyperGroup
 from dpsim.cli.commands import COMMANDS
 from dpsim.cli.panels import panel_rank
 from dpsim.errors import DpsimError, Interrupted
+from dpsim.profile.once import profiles_read_once
 
 try:  # typer >= 0.22 parses with its own vendored copy of click (the click package may be absent)
     from typer._click import exceptions as _click_exceptions
@@ -367,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     received: list[int] = []
     _sane_terminal_size()
     try:
-        with _signals_raise(received):  # first: a signal during start-up is honoured too
+        # One read of each calibration profile however many places the command needs it (dpsim.profile.once).
+        with _signals_raise(received), profiles_read_once():  # first: a signal during start-up is honoured too
             status = command().main(args=argv, prog_name="dpsim", standalone_mode=False)
             # Flushed here, not at exit: a full disk under `dpsim plan --json > out.json` left a truncated
             # file and exit status 0 when the interpreter's own flush failed.

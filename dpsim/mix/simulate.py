@@ -67,6 +67,7 @@ from dpsim.network.maxmin import max_min_sparse
 from dpsim.network.tiers import TierNetwork
 from dpsim.plan.reliability import ClusterShape, model_optimum_s
 from dpsim.predict import PredictConfig, predict
+from dpsim.profile.once import reads_profiles_once
 from dpsim.topology import Topology
 from dpsim.topology.load import load_cluster_spec
 from dpsim.units import format_bytes_against
@@ -1763,6 +1764,7 @@ class _Failures:
                     self._open(i, "restart", now, now + self.restart[i])
 
 
+@reads_profiles_once
 def simulate_mix(spec: MixSpec, *, sample_steps: int | None = DEFAULT_SAMPLE_STEPS, network=None,
                  progress: Callable[[float, int, int], None] | None = None) -> MixResult:
     """Run a job mix (:class:`~dpsim.mix.spec.MixSpec`) on its cluster.

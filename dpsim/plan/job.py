@@ -43,6 +43,7 @@ from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
+from dpsim.profile.once import reads_profiles_once
 from dpsim.strategies.registry import zero_shard_group
 from dpsim.variability.run import VariabilityReport, predict_with_variability
 from dpsim.variability.spec import DEFAULT_SAMPLES, NOISE_DISTRIBUTIONS, VariabilitySpec
@@ -183,6 +184,7 @@ def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_
     return zero_shard_group(strategy, dp, gpus_per_node, group)
 
 
+@reads_profiles_once
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,

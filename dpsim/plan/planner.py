@@ -155,6 +155,8 @@ from dpsim.predict.run import (
 )
 from dpsim.profile.calibrated import calibrated_device
 from dpsim.profile.io import load_profile
+from dpsim.profile.once import reads_profiles_once
+from dpsim.profile.schema import Profile
 from dpsim.strategies.layout import (
     ChunkWork,
     PARAM_SHARDING_LAYOUT_STRATEGIES,
@@ -183,7 +185,13 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import ddp_allreduce_after_backward
 from dpsim.units import format_seconds
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
-from dpsim.workload.fp8 import caches_fp8_weights, gathered_weight_bytes, gathers_fp8_weights, layers_fp8_weight_numel
+from dpsim.workload.fp8 import (
+    caches_fp8_weights,
+    gathered_weight_bytes,
+    gathers_fp8_weights,
+    layers_fp8_weight_numel,
+    layers_gathered_bytes,
+)
 from dpsim.workload.precision import (FP8_PARAMS_STRATEGIES, check_fp8_params_strategy, check_precision_on_gpu,
                                       get_precision)
 from dpsim.workload.routing import parse_routing
@@ -734,8 +742,13 @@ class Planner:
     def __init__(self, base: PredictConfig, *, grad_accum_fusion: bool = True, tp_comm_overlap: str | None = None,
                  tp_across_network: bool | None = None, cp_comm: str | None = None,
                  moe_a2a_overlap: bool | None = None, cp_balance: bool | None = None,
-                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = ()):
+                 moe_node_limit: int | None = None, degradations: Sequence[LinkDegradation] = (),
+                 profile: Profile | None = None):
         self.base = base
+        self.profile = profile if profile is not None or base.calibration.profile is None \
+            else load_profile(base.calibration.profile)
+        """``base``'s calibration profile, read once for the search (``None`` without one): the device, the
+        collectives and the compute efficiency of every candidate, and the layouts it simulates."""
         self.degradations = tuple(degradations)
         """Links below capacity (``--degrade``): every candidate's communicators are costed on them, as
         ``predict --degrade`` costs its own (:func:`~dpsim.predict.run.build_collectives`)."""
@@ -810,8 +823,7 @@ class Planner:
                 if self.base.calibration.profile is not None:
                     # As predict's device: the profile's measured matmul rates and copy bandwidth where it
                     # measured them (plan costed the preset's: 0.59x its simulation at a measured 120 TFLOP/s).
-                    profile = load_profile(self.base.calibration.profile)
-                    self.gpu = check_cpu_compute(self.base, profile, calibrated_device(profile, self.gpu))
+                    self.gpu = check_cpu_compute(self.base, self.profile, calibrated_device(self.profile, self.gpu))
                 # As predict does: --fp8 (or bf16) on a GPU without those tensor cores is the flag's error,
                 # not a missing 'float8' rate found while costing the first layout.
                 check_precision_on_gpu(self.precision, self.gpu)
@@ -849,7 +861,7 @@ class Planner:
                 # by GroupCollectives): built from an aligned base, predict's refusal of contiguous for data
                 # parallelism alone (no layout here) does not apply to it.
                 inner = build_collectives(dataclasses.replace(self.base, rack_placement="aligned"),
-                                          self.topology(gpus), degradations=self.degradations)
+                                          self.topology(gpus), profile=self.profile, degradations=self.degradations)
             except ConfigError as exc:
                 if not str(exc).startswith("--degrade:") or " names " not in str(exc):
                     raise
@@ -953,7 +965,7 @@ class Planner:
             # layers.
             compute = self._compute[ckey] = shard_compute(tpm, self.gpu, cfg, precision,
                                                           memo=self._layer_times.setdefault((micro_batch, precision),
-                                                                                            {}))
+                                                                                            {}), profile=self.profile)
         ctx = self.context(c.cp)
         layout = Layout(tp=tp, micro_batch=micro_batch, sequence_parallel=sp, recompute=recompute,
                         tp_comm_overlap=self.tp_comm_overlap if tp > 1 else "backward",
@@ -1067,7 +1079,7 @@ class Planner:
             bwd = {u.name: 0 if u.is_root else u.numel for u in units}
         # FSDP2's float8 all-gather moves the FP8 linears' weights in one byte (as predict's gathered_weight_bytes).
         recipe = self.gather_fp8(c.strategy, False)
-        fp8 = {u.name: layers_fp8_weight_numel(self.model, u.layers) if recipe is not None else 0 for u in units}
+        fp8 = {u.name: layers_fp8_weight_numel(self.model, u.layers, recipe) if recipe is not None else 0 for u in units}
         gather_fwd = [self.cost(gc, group, "all_gather", self._gather_bytes(u.numel, fp8[u.name], recipe))
                       for u in units]
         gather_bwd = sum(self.cost(gc, group, "all_gather",
@@ -1128,8 +1140,7 @@ class Planner:
         if hit is None:
             units, _ = self.units()
             shard = {u.name: unit_shard_numel(u.params, world, p.fsdp_version) for u in units}
-            gathered = {u.name: gathered_weight_bytes(shard[u.name] * world,
-                                                      layers_fp8_weight_numel(self.model, u.layers),
+            gathered = {u.name: layers_gathered_bytes(self.model, u.layers, shard[u.name] * world,
                                                       self.precision.weight_bytes, self.precision.fp8)
                         for u in units}
             hit = self._steady[key] = unit_copies(strategy, units, shard, world, precision=self.precision,
@@ -1181,8 +1192,8 @@ class Planner:
                 ops = [self.cost(gc, "dp", "reduce_scatter", n * g) for n in sizes]
                 layers = [min(owner[q.name] for q in bk) for bk in buckets]
                 # FP8 primary weights gather the FP8 linears' weights in FP8 (predict's zero1 program).
-                gather = self.cost(gc, "dp", "all_gather", gathered_weight_bytes(
-                    padded, layers_fp8_weight_numel(self.model, range(len(self.model.layers))), w, self.precision.fp8))
+                gather = self.cost(gc, "dp", "all_gather", layers_gathered_bytes(
+                    self.model, range(len(self.model.layers)), padded, w, self.precision.fp8))
             hit = self._steady[key] = (tuple(zip(layers, ops)), compute, before, after, gather, per_mb)
         buckets, compute, before, after, gather, per_mb = hit
         total = sum(op for _, op in buckets)
@@ -2351,24 +2362,19 @@ class Planner:
             # 1F1B and the interleaved schedule past m = p, where replayed: likewise in the replay.
             # Not with parameter gathers (zero1, fsdp): played at the step's start they read up to 1.033x (Mixtral
             # tp8 pp2 ep8 zero1 v4 m = 2p, 1.03x more slowdown than the engine's), the closed form's stall 0.99x.
-            replay_dp = replayed and overlap and collectives \
-                and not reshards_after_forward(layout) and c.strategy == "ddp"
-            if replay_dp:
+            played = overlap and collectives and not reshards_after_forward(layout)
+            replay_dp = played and replayed and c.strategy == "ddp"
+            if replay_dp or (played and all_warmup):
                 streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
                                              grad_group=grad_group, edp=edp,
                                              kinds=tuple((stage_params[s], per_stage[s][2],
                                                           tuple(len(layers) for layers in assignment[s]))
                                                          for s in range(p)))
+            if replay_dp:
                 token = self.cost(gc, "pp", "broadcast", 0.0)
                 waves = self.blocking_dp_s(tab, assignment, p, v, m, streams, contention, p2p_one, token, gather)
                 pipe += waves[0] - self.blocking_s(tab, assignment, p, v, m, p2p_one, token, gather)
-            elif all_warmup and overlap and collectives \
-                    and not reshards_after_forward(layout):
-                streams = self.stage_streams(gc, tab, assignment, strategy=c.strategy, bucket=self.bucket(grad_group),
-                                             grad_group=grad_group, edp=edp,
-                                             kinds=tuple((stage_params[s], per_stage[s][2],
-                                                          tuple(len(layers) for layers in assignment[s]))
-                                                         for s in range(p)))
+            elif played and all_warmup:
                 waves = self.interleaved_all_warmup_dp_s(tab, assignment, p, v, streams, contention,
                                                          p2p_one + gather)
                 pipe += waves[0] - self.interleaved_all_warmup_s(tab, assignment, p, v, p2p_one + gather)
@@ -2474,6 +2480,7 @@ class Planner:
 
 
 @gc_paused
+@reads_profiles_once
 def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
@@ -2505,7 +2512,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     of layouts creates millions of objects, none in a reference cycle, which it would only walk (~10 % of
     DeepSeek-V3's 16,384-GPU search)."""
     t0 = time.perf_counter()
-    base = resolve(base).config
+    resolved = resolve(base)
+    base = resolved.config
     # The layout a candidate sets itself, given on the base (the API's PredictConfig(tp=4)): the search replaced
     # it in silence (tp=4 searched every tp, ep=2 on a dense model was not even refused). gpus and micro_batch
     # are the search's own arguments (every caller's base carries them: the command line's micro-batch 1).
@@ -2567,7 +2575,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     degradations = VariabilitySpec(degradations=degradations).degradations
     planner = Planner(base, grad_accum_fusion=grad_accum_fusion, tp_comm_overlap=tp_comm_overlap,
                       tp_across_network=tp_across_network, cp_comm=cp_comm, moe_a2a_overlap=moe_a2a_overlap,
-                      cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations)
+                      cp_balance=cp_balance, moe_node_limit=moe_node_limit, degradations=degradations,
+                      profile=resolved.profile)
     if base.cluster.rack_placement == "contiguous":
         # As predict refuses it where it changes nothing: on no searched GPU count does a group straddle a rack
         # (no multi-server NVLink domain, or every count inside one). A candidate of data parallelism alone, or a
@@ -2864,6 +2873,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
             stopped = "time"
             continue
         try:
+            # Within plan_layouts' scope: the profile read once for the search (dpsim.profile.once).
             pred = predict(e.candidate.config(base), degradations=planner.degradations)
         except DpsimError:
             out.append((e, None))

@@ -49,6 +49,7 @@ from dpsim.plan.grid import SweepSpec
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict
+from dpsim.profile.once import reads_profiles_once
 from dpsim.workload.catalog import get_model
 
 # ---------------------------------------------------------------------------- rows
@@ -165,11 +166,13 @@ def _point_label(config: PredictConfig | None, point: dict | None = None) -> dic
     return changed or {"gpus": (point or {}).get("gpus", gpus)}
 
 
+@reads_profiles_once
 def _run_chunk(chunk: list[tuple[int, dict, str]], options: dict) -> list[tuple[int, dict]]:
     """Worker task: a chunk of ``(index, point, label)`` (module-level so Dask can pickle it by reference).
 
     The points of a chunk share their cluster (see :func:`_locality`), so a worker's caches
-    (topology, collective costs, models: :mod:`dpsim.predict.memo`) serve the whole chunk.
+    (topology, collective costs, models: :mod:`dpsim.predict.memo`) serve the whole chunk, and a worker
+    process reads each calibration profile once per chunk (:mod:`dpsim.profile.once`).
     """
     return [(i, run_point(p, label=label, **options)) for i, p, label in chunk]
 
@@ -232,6 +235,7 @@ CHUNK_S = 1.0
 """Target work per Dask task: long enough that scheduling costs little, short enough to balance."""
 
 
+@reads_profiles_once
 def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int | None = None,
                   client: Any = None, progress: bool = False, skip_invalid: bool = False,
                   connect_timeout_s: float = 10.0,
@@ -385,6 +389,7 @@ def run_sweep(spec: SweepSpec, **kwargs: Any):
     return to_dataframe(sweep_records(spec, **kwargs))
 
 
+@reads_profiles_once
 def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
           samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
           scheduler: str | None = None, workers: int | None = None, client: Any = None,

@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
-from dpsim.errors import ConfigError, DpsimError
+from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (
@@ -56,7 +56,8 @@ from dpsim.limits import (
     short,
 )
 from dpsim.profile.calibrated import measures_compute
-from dpsim.profile.io import load_profile, resolve_profile_path
+from dpsim.profile.io import load_profile
+from dpsim.profile.schema import Profile
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
@@ -1337,7 +1338,7 @@ SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version
 from their default: options of the training script that most configurations leave alone."""
 
 
-def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
+def resolved_compute_efficiency(config: PredictConfig, profile: Profile | None = None) -> tuple[float, str]:
     """``(factor, why)``: ``--compute-efficiency`` where given, else its default for this job.
 
     The default is :data:`~dpsim.workload.compute.MULTI_GPU_TRAINING_EFFICIENCY` where the compute is
@@ -1346,12 +1347,18 @@ def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
     predicts (one GPU: its constants are fitted on single-GPU steps) or where compute is measured (a
     calibration profile's rates, ``--single-gpu-step-ms``): a factor there would count twice. A profile that
     measured collectives alone (every shipped one) leaves the compute to the presets, and so to their default
-    (:func:`profile_measures_compute`)."""
+    (:func:`~dpsim.profile.calibrated.measures_compute`).
+
+    ``profile``: the profile ``config.calibration.profile`` names, as the caller loaded it
+    (:func:`dpsim.predict.resolve.resolve` reads it once per prediction); read here where left out."""
     cal = config.calibration
     if cal.compute_efficiency is not None:
         return cal.compute_efficiency, "--compute-efficiency"
-    if cal.profile is not None and profile_measures_compute(cal.profile):
-        return DEFAULT_COMPUTE_EFFICIENCY, "default with --calibration: measured rates"
+    if cal.profile is not None:
+        if profile is None:
+            profile = load_profile(cal.profile)  # refused there, naming what is wrong, where it cannot be read
+        if measures_compute(profile):
+            return DEFAULT_COMPUTE_EFFICIENCY, "default with --calibration: measured rates"
     if cal.single_gpu_step_s is not None:
         return DEFAULT_COMPUTE_EFFICIENCY, "default with --single-gpu-step-ms: a measured step"
     if config.cluster.gpus == 1:
@@ -1360,59 +1367,21 @@ def resolved_compute_efficiency(config: PredictConfig) -> tuple[float, str]:
                                            "sustains against the single-GPU roofline")
 
 
-_MEASURES_COMPUTE: dict[tuple[str, int, int], bool] = {}
-""":func:`profile_measures_compute`'s answers by profile file, its modification time and size (plan costs
-thousands of layouts with one profile: read once)."""
-
-
-def _profile_key(profile: str) -> tuple[str, int, int] | None:
-    """The profile file ``profile`` names, its modification time and size (``None``: it cannot be read)."""
-    try:
-        path = resolve_profile_path(profile)
-        st = path.stat()
-        return str(path.resolve()), st.st_mtime_ns, st.st_size
-    except (OSError, DpsimError):
-        return None
-
-
-def remember_profile_compute(name: str, profile) -> None:
-    """Record whether ``profile`` (the :class:`~dpsim.profile.schema.Profile` read from ``name``) measured the
-    compute, so that :func:`profile_measures_compute` need not read it again (:func:`dpsim.predict.resolve.resolve`
-    reads each prediction's profile once)."""
-    key = _profile_key(name)
-    if key is not None:
-        if len(_MEASURES_COMPUTE) >= 64:
-            _MEASURES_COMPUTE.clear()
-        _MEASURES_COMPUTE[key] = measures_compute(profile)
-
-
-def profile_measures_compute(profile: str) -> bool:
-    """Whether the calibration profile ``profile`` (a file or a shipped name) measured the compute: matmul rates
-    or a model's training step (:func:`dpsim.profile.calibrated.measures_compute`). One that measured collectives
-    alone (``"compute": null``, as every shipped profile) leaves the compute costed from the presets."""
-    key = _profile_key(profile)
-    hit = None if key is None else _MEASURES_COMPUTE.get(key)
-    if hit is None:
-        loaded = load_profile(profile)  # refused there, naming what is wrong, where it cannot be read
-        remember_profile_compute(profile, loaded)
-        hit = measures_compute(loaded)
-    return hit
-
-
-def one_gpu_compute_ratio(config: PredictConfig) -> float:
+def one_gpu_compute_ratio(config: PredictConfig, profile: Profile | None = None) -> float:
     """One GPU's compute time over this job's per GPU, for ``single_gpu_samples_per_s`` (the same model
     on one GPU, as ``predict --gpus 1`` gives it) and so the scaling efficiency: the multi-GPU default of
     :func:`resolved_compute_efficiency` is what a job on several GPUs loses, so one GPU runs without it;
-    any other factor (given, or 1) is shared."""
-    efficiency, _ = resolved_compute_efficiency(config)
+    any other factor (given, or 1) is shared. ``profile``: as :func:`resolved_compute_efficiency` takes it."""
+    efficiency, _ = resolved_compute_efficiency(config, profile)
     if config.calibration.compute_efficiency is None and efficiency == MULTI_GPU_TRAINING_EFFICIENCY \
             and config.cluster.gpus > 1:
         return MULTI_GPU_TRAINING_EFFICIENCY / DEFAULT_COMPUTE_EFFICIENCY
     return 1.0
 
 
-def capped_compute_efficiency(config: PredictConfig, gpu) -> float:
+def capped_compute_efficiency(config: PredictConfig, gpu, profile: Profile | None = None) -> float:
     """:func:`resolved_compute_efficiency` times the fraction of its rate ``gpu`` (a
     :class:`~dpsim.hardware.GpuSpec`) keeps under ``--power-cap-w`` (:func:`dpsim.hardware.power_cap_throughput`;
-    1 without a cap): the one factor every compute profile of a prediction is built with."""
-    return resolved_compute_efficiency(config)[0] * power_cap_throughput(gpu.name, config.cluster.power_cap_w)
+    1 without a cap): the one factor every compute profile of a prediction is built with. ``profile``: as
+    :func:`resolved_compute_efficiency` takes it."""
+    return resolved_compute_efficiency(config, profile)[0] * power_cap_throughput(gpu.name, config.cluster.power_cap_w)

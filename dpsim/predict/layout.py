@@ -561,12 +561,14 @@ _SHARD_TIMES_SIZE = 32
 reused), precision and micro-batch."""
 
 
-def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision, memo: dict | None = None) -> ComputeProfile:
+def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision, memo: dict | None = None,
+                  profile=None) -> ComputeProfile:
     """The compute profile of one tensor-parallel rank's shard at the config's micro-batch; with
     ``--grad-accum-fusion`` (the default) every weight-gradient GEMM accumulates into the gradient
     buffer (:attr:`~dpsim.workload.precision.Precision.fused_wgrad_accumulation`). ``memo``: the layer
     times' (:func:`~dpsim.workload.compute.compute_profile`), kept by a caller for one GPU, precision,
-    micro-batch and ``--grad-accum-fusion``."""
+    micro-batch and ``--grad-accum-fusion``. ``profile``: ``config``'s calibration profile, loaded
+    (:func:`~dpsim.predict.config.resolved_compute_efficiency`)."""
     wl = config.workload
     if config.parallelism.grad_accum_fusion:
         precision = replace(precision, fused_wgrad_accumulation=True)
@@ -583,15 +585,16 @@ def shard_compute(tpm: TpModel, gpu, config: PredictConfig, precision, memo: dic
             held = _SHARD_TIMES[key] = (tpm.model, gpu, {})
         memo = held[2]
     return compute_profile(tpm.spec, gpu, micro_batch=wl.micro_batch, precision=precision,
-                           optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
+                           optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu, profile),
                            clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop", memo=memo)
 
 
-def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile) -> tuple[float, float]:
+def _scales(config: PredictConfig, model: ModelSpec, gpu, precision, compute: ComputeProfile,
+            profile=None) -> tuple[float, float]:
     """(compute, optimizer) factors a measured step applied to the modelled whole-model profile."""
     wl = config.workload
     plain = memoized(compute_profile, model, gpu, micro_batch=wl.micro_batch, precision=precision,
-                     optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu),
+                     optimizer=wl.optimizer, compute_efficiency=capped_compute_efficiency(config, gpu, profile),
                      clip_grad_norm=wl.clip_grad_norm, zero_grad_loop=wl.zero_grad == "zero-loop")
     fb = plain.forward_s + plain.backward_s
     scale = (compute.forward_s + compute.backward_s) / fb if fb > 0 else 1.0
@@ -746,8 +749,8 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     def etp_cost(bytes_per_rank: float) -> float:
         return expert_tp_s(cost, bytes_per_rank, load, layout.etp)
 
-    scale, opt_scale = _scales(config, model, gpu, precision, compute)
-    shard = shard_compute(tpm, gpu, config, precision)
+    scale, opt_scale = _scales(config, model, gpu, precision, compute, profile)
+    shard = shard_compute(tpm, gpu, config, precision, profile=profile)
     act = _act_bytes(precision)
     accumulate = () if layout.grad_accum_fusion else gradient_accumulation_s(tpm, gpu, precision.grad_bytes)
     shares = recompute_shares(tpm.spec, config.execution.checkpointing, gpu=gpu, precision=precision,
@@ -869,7 +872,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     # TransformerEngine's cached FP8 weight casts once a step there too (caches_fp8_weights).
     cast_once = sum(l.fp8_weight_cast_s for l in compute.layers) if caches_fp8_weights(precision.fp8) else 0.0
     single_step = m_total * (full_fb - cast_once + recompute_full) + cast_once + compute.optimizer_s
-    single = layout.micro_batch * m_total / (single_step * one_gpu_compute_ratio(config))
+    single = layout.micro_batch * m_total / (single_step * one_gpu_compute_ratio(config, profile))
     peak = (gpu.peak_flops_per_s.get(precision.compute_dtype) or max(gpu.peak_flops_per_s.values())
             if gpu.peak_flops_per_s else None)
     flops_per_gpu = compute.flops_per_step * m_total / (layout.tp * layout.pp * layout.cp)

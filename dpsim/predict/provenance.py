@@ -328,7 +328,7 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         if op_rates is not None and gpu is not None and (match.step is None or cal.op_rates):
             compute, fallback = op_rate_compute(model, compute, op_rates, gpu, precision,
                                                 micro_batch=wl.micro_batch,
-                                                compute_efficiency=resolved_compute_efficiency(config)[0])
+                                                compute_efficiency=resolved_compute_efficiency(config, profile)[0])
             why = "--op-rates" if match.step is not None else f"measured step not used: {match.reason}"
             untimed, kernels = untimed_kernels(model, op_rates, wl.micro_batch)
             if untimed:
@@ -357,7 +357,7 @@ def apply_profile(config: PredictConfig, profile: Profile, model, compute, preci
         else:
             rates = "measured matmul rates" if profile.compute is not None and profile.compute.matmul_flops_per_s \
                 else "the preset's matmul rates"
-            efficiency, why = resolved_compute_efficiency(config)
+            efficiency, why = resolved_compute_efficiency(config, profile)
             compute_origin = Origin(source="model", detail=f"per-layer model with {rates} "
                                                            f"(measured step not used: {match.reason}; compute "
                                                            f"efficiency {efficiency:g}: {why})")

@@ -25,7 +25,7 @@ from typing import Any
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import short
-from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, DEFAULT_PRECISION, PredictConfig, remember_profile_compute
+from dpsim.predict.config import DEFAULT_OVERLAP_SLOWDOWN, DEFAULT_PRECISION, PredictConfig
 from dpsim.profile.calibrated import (
     calibrated_overlap_slowdown,
     is_cpu_profile,
@@ -59,7 +59,6 @@ def resolve(config: PredictConfig, profile: Profile | None = None) -> Resolved:
         return Resolved(config=config, profile=None)
     if profile is None:
         profile = load_profile(config.calibration.profile)
-    remember_profile_compute(config.calibration.profile, profile)
     changes = profile_defaults(config, profile)
     return Resolved(config=replace(config, **changes) if changes else config, profile=profile)
 

@@ -349,7 +349,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     precision = checked_precision(config, model, gpu)
     compute: ComputeProfile = memoized(  # memoized: a sweep shares it between points
         compute_profile, model, gpu, micro_batch=config.workload.micro_batch, precision=precision, optimizer=config.workload.optimizer,
-        compute_efficiency=capped_compute_efficiency(config, gpu), single_gpu_step_s=config.calibration.single_gpu_step_s,
+        compute_efficiency=capped_compute_efficiency(config, gpu, profile), single_gpu_step_s=config.calibration.single_gpu_step_s,
         clip_grad_norm=config.workload.clip_grad_norm, zero_grad_loop=config.workload.zero_grad == "zero-loop",
     )
     if config.parallelism.layout_active:
@@ -396,7 +396,7 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     # of the strategy's own work (DDP's bucket copies and hooks).
     single_step = (sum(t.duration_s for t in program.tasks if t.kind != "optimizer") + compute.optimizer_s
                    - plan.framework_s)
-    one_gpu_step = single_step * one_gpu_compute_ratio(config)
+    one_gpu_step = single_step * one_gpu_compute_ratio(config, profile)
     loader_rate = config.workload.input_samples_per_s
     input_step = config.workload.micro_batch * k / loader_rate if loader_rate else None
     input_bound = input_step is not None and input_step > step_time

@@ -39,6 +39,7 @@ from dpsim.limits import (
     MIN_PROFILE_RATE,
 )
 from dpsim.profile.fit import AlphaBetaFit, Segment
+from dpsim.profile.once import read_profiles
 from dpsim.profile.schema import (
     LINK_CLASSES,
     METHODS,
@@ -453,6 +454,29 @@ def load_profile(path_or_name: str | Path, flag: str = "--calibration") -> Profi
     path = resolve_profile_path(str(path_or_name), flag)
     if path_kind(path, flag, ProfileError) is None and not path.is_symlink():
         raise ProfileError(f"{flag}: {str(path)!r} does not exist")
+    read = read_profiles()
+    key = _file_key(path) if read is not None else None
+    if key is not None and key in read:
+        return read[key]
+    profile = _read_profile(path, flag)
+    if key is not None:
+        read[key] = profile
+    return profile
+
+
+def _file_key(path: Path) -> tuple[str, str, int, int] | None:
+    """``path`` as given (the profile's ``path`` says it), the file it names, its modification time and size
+    (``None``: it cannot be stat'ed; read, and the read names what is wrong)."""
+    try:
+        st = path.stat()
+        return str(path), str(path.resolve()), st.st_mtime_ns, st.st_size
+    except OSError:
+        return None
+
+
+def _read_profile(path: Path, flag: str) -> Profile:
+    """Read, parse and validate the profile file ``path`` (:func:`load_profile`'s work, once per file within
+    :func:`~dpsim.profile.once.profiles_read_once`)."""
     text = read_text_capped(path, flag, ProfileError, what="profile JSON file")
     try:
         data = json.loads(text, object_pairs_hook=json_object_no_duplicates)

@@ -29,6 +29,7 @@ from dpsim.plan.cost import (
 from dpsim.plan.grid import SweepSpec
 from dpsim.plan.sweep import sweep_records
 from dpsim.predict.run import predict, resolve_topology
+from dpsim.profile.once import reads_profiles_once
 from dpsim.report import plots
 from dpsim.report.layout import layout_tables
 from dpsim.report.text import prediction_tables
@@ -98,6 +99,7 @@ def memory_items(config) -> list[tuple[str, Any]]:
              predict(dataclasses.replace(config, precision=name)).memory) for name in order]
 
 
+@reads_profiles_once
 def collect(config, *, tokens: float | str | None = None, samples: float | str | None = None,
             gpu_hour_usd=None, scaling_gpus: Sequence[int] | None = None,
             fabrics: Sequence[str] = FABRICS) -> ReportData:

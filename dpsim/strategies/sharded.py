@@ -129,8 +129,7 @@ from dpsim.strategies.gemini import build_gemini
 from dpsim.strategies.shards import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, unit_shard_numel, wrap_units
 from dpsim.workload.fp8 import (
     AMAX_ALL_REDUCE_BYTES_PER_LINEAR,
-    gathered_weight_bytes,
-    layers_fp8_weight_numel,
+    layers_gathered_bytes,
     runs_in_fp8,
 )
 from dpsim.hardware import GpuSpec
@@ -286,7 +285,7 @@ def _unit_program(request: BuildRequest, *, key: str, reshard_after_forward: boo
         # precompute_float8_dynamic_scale_for_fsdp after the step: the amax of every FP8 weight
         # shard (one read of the shards), then one all-reduce of the amaxes for the next step's
         # casts, which the next forward's all-gathers wait for.
-        linears = sum(1 for layer in model.layers for op in layer.ops if runs_in_fp8(op))
+        linears = sum(1 for layer in model.layers for op in layer.ops if runs_in_fp8(op, precision.fp8))
         amax = b.op("all-reduce float8 weight amax", "all_reduce", AMAX_ALL_REDUCE_BYTES_PER_LINEAR * linears,
                     "allreduce", group)
         b.launch(amax)
@@ -313,8 +312,8 @@ def _deepspeed_backward_share(request: BuildRequest, units, unit_of_layer) -> di
 def unit_gathered_bytes(request: BuildRequest, unit, full_numel: float) -> float:
     """Bytes of ``unit``'s all-gather: the parameter dtype, or FP8 for its linears' weights under
     FSDP2's float8 all-gather (:func:`dpsim.workload.fp8.gathered_weight_bytes`)."""
-    fp8 = layers_fp8_weight_numel(request.model, unit.layers)
-    return gathered_weight_bytes(full_numel, fp8, request.precision.weight_bytes, request.precision.fp8)
+    return layers_gathered_bytes(request.model, unit.layers, full_numel, request.precision.weight_bytes,
+                                 request.precision.fp8)
 
 
 def _amax_s(request: BuildRequest, units, shard: dict[str, int]) -> float:

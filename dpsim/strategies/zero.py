@@ -92,7 +92,7 @@ from dpsim.strategies.shards import (
     internlm_owned_numel,
 )
 from dpsim.strategies.tensor import TpModel
-from dpsim.workload.fp8 import gathered_weight_bytes, layers_fp8_weight_numel
+from dpsim.workload.fp8 import layers_gathered_bytes
 from dpsim.workload.spec import ParamSpec
 
 
@@ -248,8 +248,7 @@ def _zero12_program(request: BuildRequest, *, stage: int) -> StrategyProgram:
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, after=after, block_after=block)
     b.task("optimizer", "optimizer", _optimizer_s(compute, padded / world / model.param_count), wait=grad_ops)
     # FP8 primary weights (--fp8-params): the FP8 linears' weights gathered in FP8 (the alignment padding 16-bit).
-    fp8_numel = layers_fp8_weight_numel(model, range(len(model.layers)))
-    gathered = gathered_weight_bytes(padded, fp8_numel, precision.weight_bytes, precision.fp8)
+    gathered = layers_gathered_bytes(model, range(len(model.layers)), padded, precision.weight_bytes, precision.fp8)
     ag = b.op("all-gather updated parameters", "all_gather", gathered, "allgather")
     b.launch(ag)
     b.task("optimizer", "wait for parameter all-gather", 0.0, wait=[ag])

@@ -285,9 +285,18 @@ def fp8_weight_numel(layer: LayerSpec, recipe: Fp8Recipe | None = None) -> int:
     return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops if runs_in_fp8(op, recipe)))
 
 
-def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None = None) -> int:
-    """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's)."""
+def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None) -> int:
+    """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's) under
+    ``recipe`` (the job's, always: TransformerEngine's run a mixture of experts' grouped GEMMs in FP8, so
+    without it a TE job's FP8 expert weights were gathered and held as 16-bit ones)."""
     return sum(fp8_weight_numel(model.layers[i], recipe) for i in layer_indices)
+
+
+def fp8_element_bytes(recipe: Fp8Recipe) -> float:
+    """Bytes of one FP8 element as ``recipe`` writes it: one byte and its share of the scales
+    (:attr:`Fp8Recipe.scale_bytes_per_element`). Every FP8 copy counts this way: a cast's output, a saved input,
+    an FP8 primary weight's shard."""
+    return FP8_BYTES + recipe.scale_bytes_per_element
 
 
 def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, cached: bool) -> float:
@@ -318,7 +327,7 @@ def saved_fp8_weight_bytes_per_element(recipe: Fp8Recipe, architecture: str, *, 
         scales = recipe.scale_bytes_per_element if recipe.weight_scale_bytes_per_element is None \
             else recipe.weight_scale_bytes_per_element
         return recipe.cached_weight_copies * (FP8_BYTES + scales)
-    per_copy = FP8_BYTES + recipe.scale_bytes_per_element
+    per_copy = fp8_element_bytes(recipe)
     if cached or recipe.column_copy == "always":
         return fp8_copies(recipe, architecture) * per_copy
     return per_copy
@@ -422,7 +431,7 @@ def fp8_saved_input_delta_bytes(replaced: float, added: float, recipe: Fp8Recipe
     ``activation_bytes`` gone."""
     if recipe is None or not (replaced or added):
         return 0.0
-    per = FP8_BYTES + recipe.scale_bytes_per_element
+    per = fp8_element_bytes(recipe)
     return added * per - replaced * (activation_bytes - per)
 
 
@@ -452,6 +461,18 @@ def gathers_fp8_weights(recipe: Fp8Recipe | None) -> bool:
     the parameter itself is FP8, so Megatron-Core's distributed optimizer gathers its FP8 bytes,
     ``DistributedDataParallelConfig.fp8_param_gather``)."""
     return recipe is not None and (recipe.fsdp_float8_all_gather or recipe.fp8_params)
+
+
+def layers_gathered_bytes(model, layer_indices, full_numel: float, weight_bytes: float,
+                          recipe: Fp8Recipe | None) -> float:
+    """:func:`gathered_weight_bytes` of ``full_numel`` parameters of ``model``'s layers at ``layer_indices`` (an
+    FSDP unit's, or every layer for zero1's gather of the updated parameters), their FP8 weights counted under
+    ``recipe`` (:func:`layers_fp8_weight_numel`): the one count of every parameter all-gather of predict's
+    programs, the memory model and plan."""
+    if not gathers_fp8_weights(recipe):
+        return full_numel * weight_bytes
+    return gathered_weight_bytes(full_numel, layers_fp8_weight_numel(model, layer_indices, recipe), weight_bytes,
+                                 recipe)
 
 
 def gathered_weight_bytes(full_numel: float, fp8_numel: float, weight_bytes: float, recipe: Fp8Recipe | None) -> float:
@@ -527,7 +548,7 @@ def cast_pass_bytes_per_element(recipe: Fp8Recipe, cast: CastPass, high_precisio
     """Device-memory bytes one cast of ``cast`` moves per element: its amax reads and its read of
     the tensor (FP8 for ``w_t``), and its FP8 copies with their scales."""
     read = FP8_BYTES if cast.reads_fp8 else high_precision_bytes
-    return (cast.amax_reads + 1) * read + cast.copies * (FP8_BYTES + recipe.scale_bytes_per_element)
+    return (cast.amax_reads + 1) * read + cast.copies * fp8_element_bytes(recipe)
 
 
 def cast_pass_kernels(cast: CastPass) -> float:
