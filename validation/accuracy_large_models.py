@@ -319,6 +319,27 @@ SYSTEMS = {
         name="MLPerf Lambda GB300", topology_file="gb200-nvl72.yaml",
         assumed="the GB200 NVL72 rack file with the gb300 preset; its 4x NDR 400 Gb/s for the published 4x XDR 800 "
                 "Gb/s (unused: the job fits one NVLink domain)"),
+    # Runs dpsim had never seen, 4 (rows R193-R201): MLPerf Training v3.0 GPT-3 on CoreWeave's H100 cloud and on
+    # NVIDIA's own DGX H100 cluster (same config files), and four v5.1 Llama 3.1 8B runs. R196 and R199 are larger
+    # runs of R184's and R189's clusters (their system strings); the Dell XE9685L joins the XE9680L's unit (the same
+    # 8-B200 board, submitter and unstated network).
+    "CoreWeave HGX H100 (8x H100 SXM5 per node, compute 8x ConnectX-7 InfiniBand NDR 400Gb/s per node) (MLPerf "
+    "Training v3.0, NVIDIA + CoreWeave, as published)": System(
+        name="MLPerf CoreWeave H100", link="infiniband",
+        assumed="fabric topology not stated: the preset's rail-optimised non-blocking fat tree"),
+    "Dell PowerEdge XE9685L (8x B200 SXM per node, AMD EPYC 9965 hosts; network not stated) (MLPerf Training v5.1, as "
+    "published)": System(
+        name="MLPerf Dell XE9680L B200", link="dgx-b200",
+        assumed="network not stated: a DGX B200's 8x 400 Gb/s NDR compute ports (the dgx-b200 preset)"),
+    "NVIDIA DGX H100 on-premises cluster (compute 8x ConnectX-7 IB NDR 400Gb/s per node) (MLPerf Training v3.0, as "
+    "published)": System(
+        name="MLPerf NVIDIA Eos H100", link="infiniband",
+        assumed="NVIDIA's unnamed v3.0 DGX H100 cluster scored with Eos (same owner, nodes and NICs; not stated to be "
+                "Eos); fabric topology not stated: the preset's rail-optimised non-blocking fat tree"),
+    "Verda B200 cluster (8 nodes x 8 B200 SXM; host networking '100GbE InfiniBand' as published) (MLPerf Training v5.1, "
+    "as published)": System(
+        name="MLPerf Verda B200", link="dgx-b200",
+        assumed="'100GbE InfiniBand' fixes neither count nor speed: a DGX B200's 8x 400 Gb/s NDR compute ports"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
