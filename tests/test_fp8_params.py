@@ -354,3 +354,20 @@ def test_a_layout_gathers_and_holds_a_mixture_of_experts_fp8_weights_under_the_r
     estimate = planner.estimate(c, global_batch=32)
     assert estimate.memory_bytes == pytest.approx(max(s.memory.breakdown.total_bytes for s in params.layout.stages),
                                                   rel=1e-12)
+
+
+def test_an_fsdp_unit_with_its_experts_local_gathers_only_its_dense_fp8_weights():
+    """Where each rank holds its routed experts whole (never gathered), an FSDP unit's gathered FP8 weights are its
+    dense ones: q, k, v and o of Qwen3-30B-A3B (the experts' FP8 weights were counted in the dense gather, more FP8
+    elements than it holds)."""
+    from dpsim.memory import _unit_numels
+    from dpsim.strategies.tensor import ExpertSplit
+
+    tpm = tp_model(get_model("qwen3-30b-a3b"), 1, experts=ExpertSplit(ep=8, etp=1))
+    precision = get_precision("bf16-params", "te-delayed", fp8_params=True)
+    blocks = [i for i, layer in enumerate(tpm.layers) if layer.unit is not None]
+    units = _unit_numels(tpm, [blocks], experts_local=True, fp8_precision=precision)
+    attention = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048
+    assert {f for _, f in units} == {attention} and all(f <= n for n, f in units)
+    whole = _unit_numels(tpm, [blocks], fp8_precision=precision)
+    assert {f for _, f in whole} == {attention + 128 // 8 * (2048 * 1536 + 768 * 2048)}
