@@ -1168,12 +1168,9 @@ def layout_fp8_weight_bytes(tpm, chunks, precision: Precision, architecture: str
 
 
 def _layer_fp8_numel(tpm, i: int, precision: Precision) -> int:
-    """A rank's share of layer ``i``'s FP8 weights: the layer's FP8 elements split as its parameters are
-    (tensor, expert parallelism), at most all of the rank's parameters."""
-    layer = tpm.layers[i]
-    full = tpm.spec.layers[i].param_count
-    fp8 = fp8_weight_numel(tpm.spec.layers[i], precision.fp8)
-    return min(layer.numel_per_rank, round(fp8 * layer.numel_per_rank / full)) if full else 0
+    """A rank's share of layer ``i``'s FP8 weights under the job's recipe: the count predict's and plan's
+    parameter all-gathers move (:meth:`~dpsim.strategies.tensor.TpModel.fp8_weight_numels`)."""
+    return tpm.fp8_weight_numels(precision.fp8)[i][0]
 
 
 def stage_fp8_weight_numel(tpm, chunks, precision: Precision) -> int:
@@ -1194,7 +1191,8 @@ def _unit_numels(tpm, chunks, *, experts_local: bool = False, fp8_precision: Pre
             key = layer.unit if layer.unit is not None else ("layer", i)
             units[key] = units.get(key, 0) + layer.numel_per_rank - (layer.expert_numel_per_rank if experts_local else 0)
             if fp8_precision is not None:
-                fp8[key] = fp8.get(key, 0) + _layer_fp8_numel(tpm, i, fp8_precision)
+                total, experts = tpm.fp8_weight_numels(fp8_precision.fp8)[i]
+                fp8[key] = fp8.get(key, 0) + total - (experts if experts_local else 0)
     if fp8_precision is not None:
         return [(n, fp8[k]) for k, n in units.items()]
     return list(units.values())

@@ -306,3 +306,68 @@ def test_zero1_gathers_a_mixture_of_experts_fp8_weights_in_one_byte(recipe, gpu)
                               micro_batches=[1], recomputes=["off"], verify=0)
         (estimate,) = result.ranked
         assert estimate.memory_bytes == pytest.approx(params.memory.total_bytes, rel=1e-12)
+
+
+QWEN3_MOE_STAGE_FP8 = 24 * ((2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048) // 2 + 128 // 4 * (2048 * 1536 + 768 * 2048))
+"""FP8 linear weights one GPU of either stage holds of Qwen3-30B-A3B under tp 2, pp 2, ep 4, counted from its config
+(as :data:`QWEN3_MOE_FP8`): 24 of the 48 layers a stage, q, k, v and o split over the 2 tensor-parallel ranks, the
+128 routed experts' gate, up and down over the 4 expert-parallel ranks (32 whole experts a rank, etp 1)."""
+
+
+def test_a_layout_gathers_and_holds_a_mixture_of_experts_fp8_weights_under_the_recipe():
+    """Before: on the tensor/pipeline path the per-layer FP8 count (``TpModel.fp8_weight_numels``) had no recipe,
+    so predict's program and plan's estimate gathered the routed experts' FP8 primary weights in 16 bits (and the
+    dense buckets only the attention's FP8) while the memory held them as FP8: 3.6 G of a stage's 3.85 G FP8
+    elements moved in two bytes. Now all three read one count: the 16-bit gather less one byte per FP8 element."""
+    from dpsim.plan.planner import Candidate, Planner
+
+    job = dict(model="qwen3-30b-a3b", gpus=16, link="infiniband", gpu="h100", tp=2, pp=2, ep=4, strategy="zero1",
+               micro_batch=1, global_batch=32, precision="bf16-params", fp8="te-delayed", sequence_parallel=True,
+               steps=1)
+    te = predict(PredictConfig(**job))
+    params = predict(PredictConfig(**job, fp8_params=True))
+    # predict's program: TE without FP8 primary weights gathers the 16-bit parameters.
+    assert te.comm_bytes_by_op["all_gather"] - params.comm_bytes_by_op["all_gather"] == QWEN3_MOE_STAGE_FP8
+    # The memory: each stage holds them as the FP8 parameter and its cached transpose (Hopper).
+    per = saved_fp8_weight_bytes_per_element(get_fp8_recipe("te-delayed"), "hopper", cached=True)
+    for stage in params.layout.stages:
+        assert stage.memory.breakdown.fp8_weights_bytes == QWEN3_MOE_STAGE_FP8 * per
+    # plan's estimate: its gradient buckets' all-gathers (dense over dp, routed experts over edp), stage by stage.
+    base = PredictConfig(**{k: v for k, v in job.items()
+                            if k not in ("tp", "pp", "ep", "strategy", "sequence_parallel", "global_batch")},
+                         fp8_params=True)
+    planner = Planner(base)
+    c = Candidate(gpus=16, tp=2, pp=2, dp=4, ep=4, sequence_parallel=True, strategy="zero1", micro_batch=1,
+                  global_batch=32, recompute="off", schedule="1f1b", virtual_stages=1)
+    assignment = planner.assignment(c.tp, planner.layout(c, 8))
+    tab = planner.tables(c, planner.collectives(c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp))
+    recipe = planner.gather_fp8("zero1", True)
+    gathered = []
+    for s in range(c.pp):
+        buckets = planner.stage_buckets(tab, assignment, s, bucket=1 << 62, overlap=False, groups=("dp", "edp"))
+        fp8 = planner._bucket_fp8[id(buckets)]
+        assert sum(fp8) == QWEN3_MOE_STAGE_FP8
+        sixteen = sum(b[2] for b in buckets) * 2
+        gathered.append(sum(planner._gather_bytes(b[2], f, recipe) for b, f in zip(buckets, fp8)))
+        assert gathered[-1] == sixteen - QWEN3_MOE_STAGE_FP8
+    assert max(gathered) == params.comm_bytes_by_op["all_gather"]
+    estimate = planner.estimate(c, global_batch=32)
+    assert estimate.memory_bytes == pytest.approx(max(s.memory.breakdown.total_bytes for s in params.layout.stages),
+                                                  rel=1e-12)
+
+
+def test_an_fsdp_unit_with_its_experts_local_gathers_only_its_dense_fp8_weights():
+    """Where each rank holds its routed experts whole (never gathered), an FSDP unit's gathered FP8 weights are its
+    dense ones: q, k, v and o of Qwen3-30B-A3B (the experts' FP8 weights were counted in the dense gather, more FP8
+    elements than it holds)."""
+    from dpsim.memory import _unit_numels
+    from dpsim.strategies.tensor import ExpertSplit
+
+    tpm = tp_model(get_model("qwen3-30b-a3b"), 1, experts=ExpertSplit(ep=8, etp=1))
+    precision = get_precision("bf16-params", "te-delayed", fp8_params=True)
+    blocks = [i for i, layer in enumerate(tpm.layers) if layer.unit is not None]
+    units = _unit_numels(tpm, [blocks], experts_local=True, fp8_precision=precision)
+    attention = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048
+    assert {f for _, f in units} == {attention} and all(f <= n for n, f in units)
+    whole = _unit_numels(tpm, [blocks], fp8_precision=precision)
+    assert {f for _, f in whole} == {attention + 128 // 8 * (2048 * 1536 + 768 * 2048)}

@@ -1014,7 +1014,7 @@ class Planner:
                           etp_cost=(lambda size: expert_tp_s(cost, size, load, c.etp)) if c.etp > 1 else None,
                           gpu=self.gpu, recompute_share=shares,
                           cached_fp8_weights=caches_fp8_weights(precision.fp8),
-                          sharding_copy_s=zero3.copy_s if zero3 is not None else ())
+                          sharding_copy_s=zero3.copy_s if zero3 is not None else (), fp8=precision.fp8)
         tab = self._tables[key] = _Tables(work)
         return tab
 
@@ -1671,8 +1671,11 @@ class Planner:
         numel_of = {"dp": lambda lw: lw.grad_numel - lw.expert_grad_numel, "edp": lambda lw: lw.expert_grad_numel,
                     "all": lambda lw: lw.grad_numel}
         out = []
-        fp8 = []  # per bucket, its FP8 linears' weights (none of the routed experts': predict's gather_bytes)
-        fp8_of = {lw.index: lw.fp8_numel for layers in assignment[s] for lw in (tab.work[i] for i in layers)}
+        # Per bucket, its FP8 linears' weights under the job's recipe (the routed experts' in the experts' buckets:
+        # predict's gather_bytes, the memory's count).
+        fp8 = []
+        fp8_group = {"dp": lambda lw: lw.fp8_numel - lw.expert_fp8_numel, "edp": lambda lw: lw.expert_fp8_numel,
+                     "all": lambda lw: lw.fp8_numel}
         # Per chunk, what every group's buckets read: its layers' work and, with ``overlap``, when the backward
         # reaches each layer and when the forward does (a bucket is launched once the backward reaches its
         # earliest layer, needed by the forward at its earliest layer); else the chunk's backward.
@@ -1698,12 +1701,12 @@ class Planner:
                     for _, numel, members in reversed(layer_buckets(work, bucket, numel_of[group])):
                         first = min(members)
                         out.append((group, ch, numel, after_b[first], before_f[first]))
-                        fp8.append(0 if group == "edp" else sum(fp8_of[i] for i in members))
+                        fp8.append(sum(fp8_group[group](tab.work[i]) for i in members))
                 else:
                     numel = sum(numel_of[group](lw) for lw in work)
                     if numel:
                         out.append((group, ch, numel, chunk_backward, 0.0))
-                        fp8.append(0 if group == "edp" else sum(lw.fp8_numel for lw in work))
+                        fp8.append(sum(fp8_group[group](lw) for lw in work))
         hit = self._buckets[key] = tuple(out)
         self._bucket_fp8[id(hit)] = tuple(fp8)
         return hit

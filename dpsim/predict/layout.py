@@ -765,7 +765,7 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
                       gpu=gpu,
                       offload_s=activation_offload_s(tpm, layout, topology.spec.node, act),
                       cached_fp8_weights=caches_fp8_weights(precision.fp8),
-                      sharding_copy_s=zero3.copy_s if zero3 is not None else ())
+                      sharding_copy_s=zero3.copy_s if zero3 is not None else (), fp8=precision.fp8)
     assignment = stage_assignment(tpm, layout)
     chunks = chunk_work(work, assignment)
     hidden = next((l.hidden_bytes_per_sample for l in tpm.layers if l.role == "block"), 0.0)

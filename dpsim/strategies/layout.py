@@ -45,6 +45,7 @@ from dpsim.strategies.checkpointing import RECOMPUTE, CheckpointPolicy, checkpoi
 from dpsim.strategies.offload import offload_exposed_s
 from dpsim.strategies.tensor import TP_COMM_OVERLAP, TpComm, TpModel, chunked_gemm_loss, layer_tp_comm
 from dpsim.workload.compute import ComputeProfile
+from dpsim.workload.fp8 import Fp8Recipe
 from dpsim.workload.roofline import Efficiencies, memory_term
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
@@ -480,9 +481,12 @@ class LayerWork:
     expert_grad_numel: int = 0
     """Of :attr:`grad_numel`, the routed experts' (reduced over the expert-data-parallel group)."""
     fp8_numel: int = 0
-    """Of :attr:`grad_numel`, the linear weights an FP8 recipe runs in FP8
-    (:func:`dpsim.workload.fp8.fp8_weight_numel`): what FSDP2's float8 all-gather gathers in one byte
-    (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8`)."""
+    """Of :attr:`grad_numel`, the linear weights the job's FP8 recipe runs in FP8
+    (:meth:`~dpsim.strategies.tensor.TpModel.fp8_weight_numels`, the count the memory holds): what FSDP2's
+    float8 all-gather or FP8 primary weights gather in one byte (:attr:`dpsim.strategies.pipeline.DataParallelPlan.fp8`)."""
+    expert_fp8_numel: int = 0
+    """Of :attr:`fp8_numel`, the routed experts' (in :attr:`expert_grad_numel`: gathered over the
+    expert-data-parallel group, in FP8 where the recipe runs the grouped expert GEMMs in FP8)."""
     recompute_waits_s: float = 0.0
     """Of :attr:`recompute_s`, the exposed tensor- and context-parallel waits of the re-run forward
     (counted in :attr:`tp_exposed_s` and :attr:`cp_exposed_s` too): communication, not compute, so
@@ -557,7 +561,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
                ep_cost: Callable[[float], float] | None = None,
                etp_cost: Callable[[float], float] | None = None, gpu: GpuSpec | None = None,
                offload_s: Sequence[float] = (), cached_fp8_weights: bool = False,
-               sharding_copy_s: Sequence[float] = ()) -> tuple[LayerWork, ...]:
+               sharding_copy_s: Sequence[float] = (), fp8: Fp8Recipe | None = None) -> tuple[LayerWork, ...]:
     """Per-layer work of one micro-batch on one tensor-parallel rank.
 
     ``shard_compute`` is the compute profile of ``tpm.spec`` at the layout's micro-batch;
@@ -606,6 +610,9 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     (:func:`dpsim.workload.fp8.caches_fp8_weights`): each layer's forward weight casts
     (:attr:`~dpsim.workload.compute.LayerTime.fp8_weight_cast_s`) leave its per-micro-batch forward, and
     its recomputed forward, for :attr:`LayerWork.first_forward_s`.
+
+    ``fp8``: the job's FP8 recipe, under which each layer's FP8 weights are counted
+    (:attr:`LayerWork.fp8_numel`, :attr:`LayerWork.expert_fp8_numel`; ``None``: no FP8).
     """
     contention = overlap_contention(overlap_slowdown, comm_slowdown)
     tokens = tpm.model.tokens_per_sample or 0
@@ -722,6 +729,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
     if comm_slowdown > 0 and not asynchronous:  # the hidden part lasts longer (with none, the modelled time bit for bit)
         pace = comm_rate(comm_slowdown, True)
         tp_comm = [e + (t - e) / pace for t, e in zip(tp_comm, tp_exposed)]
+    fp8_numels = tpm.fp8_weight_numels(fp8)
     return tuple(LayerWork(
         index=layer.index,
         forward_s=fwd_s[i] + comms[i].forward_exposed_s + hidden_f[i] + 2.0 * a2a[i] + etp[i] + offload_f[i],
@@ -736,7 +744,7 @@ def layer_work(tpm: TpModel, shard_compute: ComputeProfile, layout: Layout, *,
         ep_comm_s=4.0 * a2a[i] + a2a_recompute[i], etp_comm_s=2.0 * etp[i] + etp_recompute[i],
         ep_forward_s=2.0 * a2a[i] + etp[i],
         expert_grad_numel=layer.expert_numel_per_rank,
-        fp8_numel=min(layer.numel_per_rank, tpm.fp8_weight_numels[i]),
+        fp8_numel=fp8_numels[i][0], expert_fp8_numel=fp8_numels[i][1],
         recompute_waits_s=recompute_waits[i], unit=layer.unit, first_forward_s=cast_s[i])
         for i, layer in enumerate(tpm.layers))
 

@@ -1251,42 +1251,37 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                 # the experts' shard group (fsdp's edp, HSDP's ezero), queued on the one stream in the order the
                 # layers use them, the block's first; with ep 1 every parameter is in one set of buckets.
                 if dp.experts_apart and dp.edp * dp.expert_replicas > 1:
-                    sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
-                                                                        _dense_numel)),
-                            (dp.expert_comm, True, "experts ", gradient_buckets(chunks[s][c], dp.bucket_elements,
-                                                                                _expert_numel))]
+                    sets = [(dp.shard_comm, False, "", _dense_numel), (dp.expert_comm, True, "experts ", _expert_numel)]
                 elif dp.experts_apart:  # one expert shard per rank, no replicas: the experts need no collective
-                    sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
-                                                                        _dense_numel))]
+                    sets = [(dp.shard_comm, False, "", _dense_numel)]
                 else:
-                    sets = [(dp.shard_comm, False, "", gradient_buckets(chunks[s][c], dp.bucket_elements,
-                                                                        _all_numel))]
-                tagged = [(group, expert, label0, x, bucket) for group, expert, label0, buckets in sets
-                          for x, bucket in enumerate(buckets)]
+                    sets = [(dp.shard_comm, False, "", _all_numel)]
+                tagged = [(group, expert, label0, x, bucket, numel_of) for group, expert, label0, numel_of in sets
+                          for x, bucket in enumerate(gradient_buckets(chunks[s][c], dp.bucket_elements, numel_of))]
                 # The experts whole on each rank (edp 1): no gather and no reduce-scatter, HSDP's all-reduce only.
                 local = dp.edp == 1
                 forward_order = sorted(tagged, key=lambda t: (min(t[4][2]), t[1]))
                 backward_order = sorted(tagged, key=lambda t: (-max(t[4][2]), t[1]))
                 last_layer = min((min(t[4][2]) for t in tagged), default=0)
-                fp8_by_layer = {lw.index: lw.fp8_numel for lw in chunks[s][c].layers}
-                fp8_of = lambda members: sum(fp8_by_layer[i] for i in members)  # noqa: E731
+                by_index = {lw.index: lw for lw in chunks[s][c].layers}
+                fp8_of = lambda members, numel_of: sum(_FP8_OF[numel_of](by_index[i]) for i in members)  # noqa: E731
                 for j in range(m):
                     forward_gathers, backward_gathers = [], []
-                    for group, expert, label0, x, (_, numel, members) in forward_order:
+                    for group, expert, label0, x, (_, numel, members), numel_of in forward_order:
                         if expert and local:
                             continue
                         op = new_comm(f"all-gather parameters {label0}chunk {c} micro-batch {j + 1} bucket {x} "
                                       f"(forward)", "all_gather",
-                                      dp.gather_bytes(numel, 0 if expert else fp8_of(members)), "allgather",
+                                      dp.gather_bytes(numel, fp8_of(members, numel_of)), "allgather",
                                       group, (s,))
                         forward_gathers.append(op)
                         for i in members:
                             gather_fwd[c, j, i] = gather_fwd.get((c, j, i), ()) + (op,)
-                    for group, expert, label0, x, (first_layer, numel, members) in backward_order:
+                    for group, expert, label0, x, (first_layer, numel, members), numel_of in backward_order:
                         again = sum(dp.backward_gather_numel[i] for i in members) if dp.backward_gather_numel \
                             else numel
                         if again > 0 and not (expert and local):  # DeepSpeed keeps a bucket reused soon: none
-                            fp8 = fp8_of(members) * min(1.0, again / numel) if numel and not expert else 0.0
+                            fp8 = fp8_of(members, numel_of) * min(1.0, again / numel) if numel else 0.0
                             op = new_comm(f"all-gather parameters {label0}chunk {c} micro-batch {j + 1} bucket {x} "
                                           f"(backward)", "all_gather", dp.gather_bytes(again, fp8), "allgather",
                                           group, (s,))
@@ -1335,8 +1330,7 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
                     label = "all-gather parameters" if fsdp else "all-gather updated parameters"
                     for x in range(len(buckets) - 1, -1, -1):
                         _, numel, members = buckets[x]
-                        fp8 = sum(lw.fp8_numel for lw in work.layers if lw.index in members) \
-                            if numel_of is not _expert_numel else 0
+                        fp8 = sum(_FP8_OF[numel_of](lw) for lw in work.layers if lw.index in members)
                         size = dp.gather_bytes(numel, fp8)
                         op = new_comm(f"{label} {label0}chunk {c} bucket {x}", "all_gather", size,
                                       "allgather", group, (s,))
@@ -1551,8 +1545,8 @@ def build_pipeline_program(chunks: tuple[tuple[ChunkWork, ...], ...], layout: La
         elif groups and dp.strategy == "zero1" and not overlap and not dp.internlm:
             ags = [new_comm(f"all-gather updated parameters {label0}chunk {c}", "all_gather",
                             dp.gather_bytes(sum(numel_of(w) for w in chunks[s][c].layers),
-                                            0 if numel_of is _expert_numel else
-                                            sum(w.fp8_numel for w in chunks[s][c].layers)), "allgather", group, (s,))
+                                            sum(_FP8_OF[numel_of](w) for w in chunks[s][c].layers)), "allgather",
+                            group, (s,))
                    for group, _, numel_of, label0 in groups for c in range(v)]
             ops[-1] = StageOp(kind="optimizer", name="optimizer", duration_s=optimizer_s[s], waits=waits,
                               launches=tuple(ags))
@@ -1587,6 +1581,12 @@ def _expert_numel(lw) -> int:
 
 def _all_numel(lw) -> int:
     return lw.grad_numel
+
+
+# Of each set's parameters (above), the FP8 weights its all-gathers move in one byte under the job's recipe
+# (LayerWork.fp8_numel, the count the memory holds): a mixture of experts' routed experts' with the experts.
+_FP8_OF = {_dense_numel: lambda lw: lw.fp8_numel - lw.expert_fp8_numel,
+           _expert_numel: lambda lw: lw.expert_fp8_numel, _all_numel: lambda lw: lw.fp8_numel}
 
 
 def gradient_buckets(work: ChunkWork, bucket_elements: int, numel_of=_dense_numel) -> list[tuple[int, int, tuple[int, ...]]]:

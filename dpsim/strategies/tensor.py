@@ -61,13 +61,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from functools import cached_property
 
 from dpsim.engine.simulate import comm_rate
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
-from dpsim.workload.fp8 import fp8_weight_numel
+from dpsim.workload.fp8 import fp8_expert_weight_numel, fp8_grouped_experts, fp8_weight_numel
 from dpsim.workload.precision import saved_extra_bytes
 from dpsim.workload.roofline import shape_efficiency
 from dpsim.workload.spec import AttentionOp, LayerSpec, ModelSpec, ParamSpec, is_expert_param, is_mtp_unit
@@ -176,12 +175,23 @@ class TpModel:
     sequence_parallel: bool = False
     """The shard's element-wise work is split along the sequence too (:attr:`spec`)."""
 
-    @cached_property
-    def fp8_weight_numels(self) -> tuple[int, ...]:
-        """:func:`~dpsim.workload.fp8.fp8_weight_numel` (no recipe) of each layer of :attr:`spec`,
-        counted once per shard: a plan lays the same shard out hundreds of times, and each count
-        walks the layer's ops (DeepSeek-V3: ~55,000 counts, 8 % of a 16,384-GPU plan)."""
-        return tuple(fp8_weight_numel(layer) for layer in self.spec.layers)
+    def fp8_weight_numels(self, recipe) -> tuple[tuple[int, int], ...]:
+        """Per layer of :attr:`spec`, ``(FP8 weight elements of the rank's shard, of them the routed experts')``
+        under the job's FP8 ``recipe`` (:func:`~dpsim.workload.fp8.fp8_weight_numel`,
+        :func:`~dpsim.workload.fp8.fp8_expert_weight_numel`; TransformerEngine's run the grouped expert GEMMs in
+        FP8, torchao's do not): the one count of a layout's FP8 weights, held (the memory) and gathered
+        (predict's program, plan). Counted once per shard and kind of recipe: a plan lays the same shard out
+        hundreds of times, and each count walks the layer's ops (DeepSeek-V3: ~55,000 counts, 8 % of a
+        16,384-GPU plan)."""
+        key = fp8_grouped_experts(recipe)
+        memo = self.__dict__.setdefault("_fp8_weight_numels", {})
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = tuple(
+                (min(tl.numel_per_rank, fp8_weight_numel(layer, recipe)),
+                 min(tl.expert_numel_per_rank, fp8_expert_weight_numel(layer, recipe)))
+                for tl, layer in zip(self.layers, self.spec.layers))
+        return hit
 
     @property
     def blocks(self) -> tuple[str, ...]:

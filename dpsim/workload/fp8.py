@@ -285,6 +285,15 @@ def fp8_weight_numel(layer: LayerSpec, recipe: Fp8Recipe | None = None) -> int:
     return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops if runs_in_fp8(op, recipe)))
 
 
+def fp8_expert_weight_numel(layer: LayerSpec, recipe: Fp8Recipe | None = None) -> int:
+    """Of :func:`fp8_weight_numel`, the routed experts' grouped GEMMs' (``experts.*``): what a layout gathers
+    with the experts over their expert-data-parallel group rather than with the dense parameters."""
+    if not fp8_grouped_experts(recipe):
+        return 0
+    return min(layer.param_count, sum(op.n * op.k * op.batch for op in layer.ops
+                                      if op.name.startswith("experts.") and runs_in_fp8(op, recipe)))
+
+
 def layers_fp8_weight_numel(model, layer_indices, recipe: Fp8Recipe | None) -> int:
     """:func:`fp8_weight_numel` summed over ``model``'s layers at ``layer_indices`` (an FSDP unit's) under
     ``recipe`` (the job's, always: TransformerEngine's run a mixture of experts' grouped GEMMs in FP8, so
