@@ -68,6 +68,7 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.workload.fp8 import fp8_weight_numel
+from dpsim.workload.layers import routed_activation_bytes
 from dpsim.workload.precision import saved_extra_bytes
 from dpsim.workload.roofline import shape_efficiency
 from dpsim.workload.spec import AttentionOp, LayerSpec, ModelSpec, ParamSpec, is_expert_param, is_mtp_unit
@@ -352,8 +353,6 @@ def _routed_activation_bytes(layer: LayerSpec, model: ModelSpec) -> float:
     (:func:`~dpsim.workload.layers.routed_activation_bytes`), in the count the layer carries (Megatron-Core's
     when :func:`~dpsim.workload.layers.with_megatron_activations` set it); 0 for a layer without dpsim's
     permutation op (a traced module's), whose kept bytes are then left as they are."""
-    from dpsim.workload.layers import routed_activation_bytes
-
     ops = {getattr(op, "name", ""): op for op in layer.ops}
     permute, router = ops.get("experts.permute"), ops.get("router")
     if permute is None or router is None or model.moe is None or not router.k:
