@@ -356,7 +356,7 @@ class ParallelismConfig:
     stage_layers: str | None = None
     """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9), or per virtual stage
     (pp x virtual-stages counts); left out: counts differing by at most one, lighter first and last. The
-    Python API takes a sequence of integers too (``[7, 8, 8, 9]``), kept as that text."""
+    Python API takes a list or tuple of integers too (7, 8, 8, 9), kept as that text."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
     all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""
