@@ -95,6 +95,7 @@ def goodput_command(
                                  rich_help_panel=OUTPUT),
 ) -> None:
     """Simulate a training run through failures: wall time, goodput, lost work, best checkpoint interval."""
+    from dpsim.limits import MAX_MC_STEPS, check_int
     from dpsim.plan.job import DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S, VARIABILITY_NEEDS_TOKENS, goodput
     from dpsim.plan.reliability import parse_long_duration_s
     from dpsim.units import parse_bandwidth_bytes_per_s
@@ -112,13 +113,18 @@ def goodput_command(
         ("--hiccup-rate-per-s", hiccup_rate_per_s, HICCUP_RATE_PER_S.default),
         ("--hiccup-s", hiccup_s, HICCUP_S.default), ("--mc-samples", mc_samples, MC_SAMPLES.default),
         ("--mc-steps", mc_steps, None)) if value != default]
-    if varied and tokens is None:
-        raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=varied[0]))
     variability = None
     if varied:
+        # Each value against its own rule first: --noise-cv -0.1 without --tokens was refused for the missing
+        # budget, and the bad value came up only once the budget was given.
         variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
                                               degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
                                               hiccup_s=hiccup_s, seed=0, mc_samples=mc_samples)
+    if mc_steps is not None:
+        check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
+    if varied and tokens is None:
+        raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=varied[0]))
+    if varied:
         if variability.per_rank:  # the failures' seed draws the ranks' factors too (nothing to draw otherwise)
             variability = replace(variability, seed=seed)
     rates = failure_rates(mtbf_gpu, mtbf_node, mtbf_link)

@@ -7,6 +7,7 @@ starts fast.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import typer
@@ -16,7 +17,7 @@ from dpsim.cli.checks import check_budget, check_prices
 from dpsim.cli.options import axis_options, config_options
 from dpsim.cli.panels import BUDGET, EXECUTION, GRID, OUTPUT, VARIABILITY
 from dpsim.cli.predict import PREDICT_FIELDS, SINGLE_GPU_SAMPLES_PER_S, predict_config
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, DpsimError
 from dpsim.workload.shapes import is_shape_ref
 from dpsim.limits import (
     MAX_GPUS,
@@ -224,7 +225,12 @@ def sweep_command(
     if progress is None:
         from rich.console import Console
         progress = Console(stderr=True).is_terminal
-    df = run_sweep(spec, scheduler=scheduler, workers=workers, progress=progress, skip_invalid=skip_invalid)
+    try:
+        df = run_sweep(spec, scheduler=scheduler, workers=workers, progress=progress, skip_invalid=skip_invalid)
+    except DpsimError as exc:
+        raise type(exc)(sweep_spelling(str(exc))) from None
+    if "error" in df.columns:
+        df["error"] = [sweep_spelling(e) if isinstance(e, str) else e for e in df["error"]]
     if output is not None:
         write_results(df, output, spec)
     if as_json:
@@ -265,6 +271,19 @@ def _print_gpu_link_warnings(df) -> None:
             if w not in seen:
                 seen.add(w)
                 Console().print(f"[bold yellow]warning[/bold yellow]: {escape(w)}")
+
+
+_SWEEP_SPELLINGS = ((re.compile(r"--input-shape(?=:)"), "--axis input_shape"),
+                    (re.compile(r"--input-shape\b"), "--axis input_shape=SHAPE"))
+"""predict flags a refusal names that sweep has no option for, as sweep takes them (``--axis``)."""
+
+
+def sweep_spelling(text: str) -> str:
+    """A refusal's advice as sweep takes it: ``pass --input-shape (e.g. 8,64)`` read "No such option" when
+    followed; sweep takes it as ``--axis input_shape=8,64`` (:data:`COMMA_VALUED_AXES`: one point)."""
+    for pattern, spelling in _SWEEP_SPELLINGS:
+        text = pattern.sub(spelling, text)
+    return text
 
 
 COMMA_VALUED_AXES = ("stage_layers", "input_shape")

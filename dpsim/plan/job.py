@@ -15,6 +15,7 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
     MAX_GOODPUT_RUNS,
+    MAX_MC_STEPS,
     MAX_GPUS,
     MAX_RECOVERY_S,
     MAX_SEED,
@@ -224,6 +225,8 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
         raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s:g} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")
+    if mc_steps is not None:  # its own range before the rules between arguments, as the command line
+        check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
     if variability is not None and tokens is None:
         raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=_spec_flags(variability, mc_steps)))
     if variability is None and mc_steps is not None:

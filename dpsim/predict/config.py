@@ -356,7 +356,8 @@ class ParallelismConfig:
     """Model chunks per pipeline stage for --schedule 1f1b-interleaved (bubble divided by it)."""
     stage_layers: str | None = None
     """Blocks per pipeline stage, comma-separated (uneven splits, e.g. 7,8,8,9), or per virtual stage
-    (pp x virtual-stages counts); left out: counts differing by at most one, lighter first and last."""
+    (pp x virtual-stages counts); left out: counts differing by at most one, lighter first and last. The
+    Python API takes a list or tuple of integers too (7, 8, 8, 9), kept as that text."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism with --tp: norms and dropouts split along the sequence,
     all-reduces replaced by reduce-scatter + all-gather, activations divided by tp."""
@@ -1318,12 +1319,25 @@ def plain_number(value: Any, kind: type) -> Any:
     return value
 
 
+def stage_layers_text(value: Any) -> Any:
+    """``stage_layers`` given to the Python API as a sequence of block counts (``[10, 12, 12, 14]``) as the
+    flag spells it (``"10,12,12,14"``), to be checked as the flag is (it was refused "expected a string");
+    anything else as it is. A sequence holding anything but integers (a bool is not one) is refused here."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        return value
+    if not value or not all(isinstance(c, numbers.Integral) and not isinstance(c, bool) and type(c).__name__ != "bool_"
+               for c in value):
+        raise ConfigError(f"--stage-layers: {short(value)} is not valid; expected block counts, one per pipeline "
+                          f"stage, as integers (e.g. [10, 12, 12, 14]) or comma-separated text (e.g. '10,12,12,14')")
+    return ",".join(str(int(c)) for c in value)
+
+
 def _check_part(part: Any) -> None:
     """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
     for f in fields(part):
         key = setting_key(f)
         value = getattr(part, f.name)
-        plain = plain_number(value, field_kind(key)[0])
+        plain = stage_layers_text(value) if key == "stage_layers" else plain_number(value, field_kind(key)[0])
         if plain is not value:
             object.__setattr__(part, f.name, plain)
         check_value(key, plain)

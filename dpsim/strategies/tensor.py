@@ -67,6 +67,7 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GpuSpec
 from dpsim.workload.fp8 import fp8_expert_weight_numel, fp8_grouped_experts, fp8_weight_numel
+from dpsim.workload.layers import routed_activation_bytes
 from dpsim.workload.precision import saved_extra_bytes
 from dpsim.workload.roofline import shape_efficiency
 from dpsim.workload.spec import AttentionOp, LayerSpec, ModelSpec, ParamSpec, is_expert_param, is_mtp_unit
@@ -267,6 +268,10 @@ class ExpertSplit:
     load: float = 1.0
     """Rows the busiest rank's experts get over the balanced mean (routing imbalance: the
     rank that paces the step)."""
+    activation_load: float = 1.0
+    """The routed copies whose activations the busiest rank keeps for backward, over the balanced mean
+    (:func:`dpsim.predict.layout.expert_split`: :attr:`load`, but 1 under a uniform router whose capacity
+    drops nothing): the rank whose memory is the job's."""
 
 
 NO_EXPERT_SPLIT = ExpertSplit()
@@ -351,6 +356,22 @@ def _expert_shard(layer: LayerSpec, tp: int, experts: ExpertSplit, top_k: int, m
             # top_k copies of the rank's s / tp hidden states (input_bytes_per_sample is 2·s·h).
             "routed_bytes": top_k * layer.input_bytes_per_sample / tp,
             "expert_numel": sum(p.numel for p in params if is_expert_param(p))}
+
+
+def _routed_activation_bytes(layer: LayerSpec, model: ModelSpec) -> float:
+    """Of ``layer``'s kept bytes per sample (an MoE layer of ``model``), those kept per routed copy
+    (:func:`~dpsim.workload.layers.routed_activation_bytes`), in the count the layer carries (Megatron-Core's
+    when :func:`~dpsim.workload.layers.with_megatron_activations` set it); 0 for a layer without dpsim's
+    permutation op (a traced module's), whose kept bytes are then left as they are."""
+    ops = {getattr(op, "name", ""): op for op in layer.ops}
+    permute, router = ops.get("experts.permute"), ops.get("router")
+    if permute is None or router is None or model.moe is None or not router.k:
+        return 0.0
+    top_k = model.moe.top_k
+    tokens = permute.elements / router.k / top_k  # the permutation streams tokens x top_k copies of hidden
+    megatron = (layer.megatron_activation_bytes_per_sample is not None
+                and layer.activation_bytes_per_sample == layer.megatron_activation_bytes_per_sample)
+    return routed_activation_bytes(tokens, router.k, top_k=top_k, expert_ffn=model.moe.expert_ffn, megatron=megatron)
 
 
 def tokens_of(layer: LayerSpec) -> int:
@@ -441,6 +462,10 @@ def _tp_model(model: ModelSpec, tp: int, sequence_parallel: bool, experts: Exper
             unsplit, split, core_act = act, 0.0, 0.0
         else:
             unsplit, split, core_act = act, 0.0, 0.0
+        if moe is not None and experts.activation_load != 1.0:
+            # The busiest rank keeps the activations of the copies dispatched to it: its routing load
+            # times the balanced ones, split over tp as the routed rows are.
+            split += (experts.activation_load - 1.0) * _routed_activation_bytes(layer, model)
         divisor = tp if role in ("block", "embedding", "head") else 1
         out_layers.append(TpLayer(
             index=i, name=layer.name, role=role, kind=kind, unit=layer.unit,

@@ -200,8 +200,20 @@ def megatron_moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top
     the probability-weighted combine)."""
     e = ACTIVATION_ELEMENT_BYTES
     sh = float(tokens) * hidden
-    routed = float(tokens) * top_k * (e * (hidden + 3.0 * expert_ffn) + 4.0)
+    routed = routed_activation_bytes(tokens, hidden, top_k=top_k, expert_ffn=expert_ffn, megatron=True)
     return e * 2.0 * sh + 4.0 * tokens * experts + routed + e * 3.0 * tokens * shared_ffn
+
+
+def routed_activation_bytes(tokens: float, hidden: int, *, top_k: int, expert_ffn: int, megatron: bool = False) -> float:
+    """Of an MoE layer's kept bytes per sample (:func:`moe_activation_bytes`, or with ``megatron``
+    :func:`megatron_moe_activation_bytes`), the part kept per routed copy (``tokens x top_k`` of them at
+    balanced routing): what lives on the rank the copy is dispatched to, so the busiest expert-parallel
+    rank keeps its routing load times it (:func:`~dpsim.strategies.tensor.tp_model`)."""
+    e = ACTIVATION_ELEMENT_BYTES
+    if megatron:
+        return float(tokens) * top_k * (e * (hidden + 3.0 * expert_ffn) + 4.0)
+    sh = float(tokens) * hidden
+    return e * (2.0 * top_k * sh + 3.0 * top_k * tokens * expert_ffn)
 
 
 def with_megatron_activations(model: ModelSpec) -> ModelSpec:
@@ -1048,5 +1060,5 @@ def moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, 
     the shared experts' ``4·s·shared_ffn`` (a Llama MLP's, :func:`llama_block_activation_bytes`)."""
     e = ACTIVATION_ELEMENT_BYTES
     sh = float(tokens) * hidden
-    routed = e * (2.0 * top_k * sh + 3.0 * top_k * tokens * expert_ffn)
+    routed = routed_activation_bytes(tokens, hidden, top_k=top_k, expert_ffn=expert_ffn)
     return e * 3 * sh + 4.0 * tokens * experts + routed + e * 4.0 * tokens * shared_ffn
