@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import field
+from dataclasses import field, replace
 
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
@@ -49,6 +49,14 @@ from dpsim.workload.roofline import (
     memory_term,
     op_kind,
     op_terms,
+)
+from dpsim.workload.host_timeline import (
+    HOST_SYNC,
+    HOST_SYNC_BACKWARD,
+    has_host_timeline,
+    is_marker,
+    marker_host_s,
+    timeline_excess_s,
 )
 from dpsim.workload.spec import LayerSpec, ModelSpec
 
@@ -383,6 +391,42 @@ def optimizer_time_s(terms: list[Term], efficiencies: Efficiencies | None = None
     return math.fsum(t.time_s(eff) for t in terms)
 
 
+def _with_host_waits(model: ModelSpec, layers: list[LayerTime], gpu: GpuSpec, precision: Precision,
+                     micro_batch: int, eff: Efficiencies, compute_efficiency: float) -> list[LayerTime]:
+    """``layers`` with the GPU idle time after each host synchronisation the model marks
+    (:mod:`dpsim.workload.host_timeline`) added to the forward or backward of the layer holding it: the
+    forward's ops in order and the backward's in reverse, each op's kernel time (its roofline time without
+    the dispatch floor), its dispatch and its marked framework calls on the host."""
+    def timeline(backward: bool) -> tuple[list[tuple[float, float, float, bool]], list[int]]:
+        ops: list[tuple[float, float, float, bool]] = []
+        owner: list[int] = []
+        order = reversed(list(enumerate(model.layers))) if backward else enumerate(model.layers)
+        for i, layer in order:
+            for op in (reversed(layer.ops) if backward else layer.ops):
+                owner.append(i)
+                if is_marker(op):
+                    ops.append((0.0, marker_host_s(op)[1 if backward else 0], 0.0,
+                                op.name == (HOST_SYNC_BACKWARD if backward else HOST_SYNC)))
+                    continue
+                terms = op_terms(op, gpu, precision, micro_batch)[1 if backward else 0]
+                g = sum(max(t.compute_s / eff.matmul if t.kind == "matmul" else t.compute_s, t.memory_s / eff.memory)
+                        for t in terms)
+                ops.append((g / compute_efficiency, sum(t.host_s for t in terms),
+                            sum(t.time_s(eff) for t in terms) / compute_efficiency, False))
+        return ops, owner
+
+    fwd_ops, fwd_owner = timeline(False)
+    bwd_ops, bwd_owner = timeline(True)
+    added_f = [0.0] * len(layers)
+    added_b = [0.0] * len(layers)
+    for i, s in zip(fwd_owner, timeline_excess_s(fwd_ops)):
+        added_f[i] += s
+    for i, s in zip(bwd_owner, timeline_excess_s(bwd_ops)):
+        added_b[i] += s
+    return [replace(lt, forward_s=lt.forward_s + f, backward_s=lt.backward_s + b) if f or b else lt
+            for lt, f, b in zip(layers, added_f, added_b)]
+
+
 def compute_profile(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -429,6 +473,10 @@ def compute_profile(
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params),
                                 fp8_weight_cast_s=cast[0] / compute_efficiency))
+    if any(has_host_timeline(layer.ops) for layer in model.layers):
+        layers = _with_host_waits(model, layers, gpu, precision, micro_batch, efficiencies or Efficiencies(),
+                                  compute_efficiency)
+
     def optimizer_s_with(clip: bool, zero_loop: bool) -> float:
         return optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
                                                 implementation=optimizer_impl,
