@@ -13,7 +13,10 @@ so the stretch ends no earlier than
 (:func:`segment_time_s`; k = 1 is the GPU's own sum plus one dispatch, k = n the host's sum plus the last
 kernel). Where the host's per-call cost is larger than the eager dispatch, a framework module's Python and
 bookkeeping (a TransformerEngine module call, a grouped GEMM's per-expert launches and allocations), that
-maximum can exceed what dpsim charges; the difference is GPU idle time (:func:`segment_excess_s`).
+maximum can exceed what dpsim charges; the difference is GPU idle time (:func:`segment_excess_s`). Where
+every op is charged the longer of its kernel and its dispatch, a stretch gains at most one op's shorter
+side (the binding op k is counted on both clocks, every other op on one), so a synchronisation after
+plain eager ops costs at most one dispatch: only host time that no op's charge holds can add more.
 Without a synchronisation the host runs ahead and nothing here changes.
 
 A model states where its host waits and what its framework's module calls cost on the host with
