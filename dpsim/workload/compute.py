@@ -273,11 +273,12 @@ _BY_IDENTITY = object()
 def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
                 breakdown: dict[str, float] | None = None,
                 efficiencies: Efficiencies | None = None, memo: dict | None = None,
-                weight_cast: list[float] | None = None) -> tuple[float, float]:
+                weight_cast: list[float] | None = None, host_waits: list[bool] | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``).
     ``memo``, shared by the calls of one model, GPU, precision, micro-batch and efficiencies,
     keeps the times of layers already costed. ``weight_cast``, when given, gets the seconds of the
-    forward that are the FP8 weight casts appended (:attr:`LayerTime.fp8_weight_cast_s`)."""
+    forward that are the FP8 weight casts appended (:attr:`LayerTime.fp8_weight_cast_s`); ``host_waits``, whether
+    the layer marks a host synchronisation (:mod:`dpsim.workload.host_timeline`), found once per memo entry."""
     if not layer.ops:
         rate = gpu.achieved_rate(precision.matmul_dtype) * FLOPS_ONLY_EFFICIENCY
         fwd = layer.forward_flops_per_sample * micro_batch / rate
@@ -285,6 +286,8 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             breakdown["flops-only"] = breakdown.get("flops-only", 0.0) + fwd * (1 + BACKWARD_TO_FORWARD)
         if weight_cast is not None:
             weight_cast.append(0.0)
+        if host_waits is not None:
+            host_waits.append(False)
         return fwd, BACKWARD_TO_FORWARD * fwd
     eff = efficiencies or Efficiencies()
     # Blocks repeat: a layer with the same ops and weights as one already costed costs the same.
@@ -314,16 +317,18 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             kinds[kind] = kinds.get(kind, 0.0) + f + b
         # Of ``fwd`` (counted there among the memory kernels), the FP8 weight casts.
         cast = sum(t.time_s(eff) for t in fp8_weight_cast_terms(layer, gpu, precision, micro_batch))
-        known = (fwd, bwd, kinds, cast)
+        known = (fwd, bwd, kinds, cast, has_host_timeline(layer.ops))
         if memo is not None:
             memo[key] = known
             memo[same] = (layer.ops, known)
-    fwd, bwd, kinds, cast = known
+    fwd, bwd, kinds, cast, waits = known
     if breakdown is not None:
         for kind, seconds in kinds.items():
             breakdown[kind] = breakdown.get(kind, 0.0) + seconds
     if weight_cast is not None:
         weight_cast.append(cast)
+    if host_waits is not None:
+        host_waits.append(waits)
     return fwd, bwd
 
 
@@ -466,14 +471,16 @@ def compute_profile(
     breakdown: dict[str, float] = {}
     layers = []
     memo = {} if memo is None else memo
+    waits: list[bool] = []
     for layer in model.layers:
         cast: list[float] = []
-        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo, weight_cast=cast)
+        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo, weight_cast=cast,
+                               host_waits=waits)
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params),
                                 fp8_weight_cast_s=cast[0] / compute_efficiency))
-    if any(has_host_timeline(layer.ops) for layer in model.layers):
+    if any(waits):
         layers = _with_host_waits(model, layers, gpu, precision, micro_batch, efficiencies or Efficiencies(),
                                   compute_efficiency)
 
