@@ -458,3 +458,21 @@ def test_decompose_names_a_row_it_does_not_have(capsys):
     assert alm.main(["--decompose", "--only", "R999"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "--only: R999 is not a row of large_model_runs.csv" in err
+
+
+def test_host_timeline_is_off_by_default_and_marks_only_megatron_moe_rows_without_cuda_graphs(monkeypatch):
+    # validation/large_model_runs.md, "The host timeline of Megatron-Core's MoE layer": kept off.
+    rows = {r["id"]: r for r in alm.rows()}
+    assert not alm.HOST_TIMELINE
+    assert all(alm.host_timeline(r) is None for r in rows.values())
+    monkeypatch.setattr(alm, "HOST_TIMELINE", True)
+    marked = {rid: alm.host_timeline(r) for rid, r in rows.items() if alm.host_timeline(r) is not None}
+    assert all(rows[rid]["framework"].startswith("Megatron-Core") and rows[rid]["moe_experts"] for rid in marked)
+    for rid in ("R062", "R071", "R072", "R074"):  # CUDA graphs named
+        assert rid not in marked
+    assert marked["R061"] == {"local_experts": 16, "backward_sync": True, "recomputed_dispatch": False}
+    assert marked["R063"] == {"local_experts": 16, "backward_sync": False, "recomputed_dispatch": True}
+    assert marked["R057"]["local_experts"] == 4 and marked["R054"]["local_experts"] == 1
+    # Built afresh: model_of caches by row, and the default (off) model must stay in that cache.
+    names = [op.name for layer in alm._build_model(rows["R061"]).layers for op in layer.ops]
+    assert names.count("host.sync") == 94 and names.count("host.sync.backward") == 94

@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import re
 import statistics
 import sys
@@ -72,6 +73,7 @@ from dpsim.workload.layers import (  # noqa: E402
     with_attention_kernel,
     with_alltoall_sort,
     with_eager_multihot,
+    with_megatron_moe_host_timeline,
     with_lm_loss,
     with_packed_samples,
     with_unpadded_attention,
@@ -562,6 +564,10 @@ def _build_model(row: dict) -> ModelSpec:
     if alltoall_sort(row):
         # Megatron-Core's alltoall dispatcher sorts the received rows by local expert and back.
         model = with_alltoall_sort(model, etp=int(row["etp"] or 1))
+    timeline = host_timeline(row)
+    if timeline is not None:
+        # The GPU idles after the MoE layer's host synchronisation while the host dispatches what follows.
+        model = with_megatron_moe_host_timeline(model, **timeline)
     stats = packed_sample_stats(row)
     if stats:
         # ms-swift's --packing hands Megatron-Core each sample's boundaries (cu_seqlens): one causal
@@ -628,6 +634,35 @@ def alltoall_sort(row: dict) -> bool:
         return False
     local = int(row["moe_experts"]) // int(row["ep"] or 1)
     return local > 1 and bool(ALLTOALL_DISPATCHER.search(row["source"] + " " + row["notes"]))
+
+
+HOST_TIMELINE = os.environ.get("DPSIM_HOST_TIMELINE", "0") == "1"
+"""Whether the Megatron-Core MoE rows are costed with their host timeline
+(:func:`dpsim.workload.layers.with_megatron_moe_host_timeline`). Off: with the cited host costs it moves
+the MoE rows' errors the wrong way or not enough (validation/large_model_runs.md, "The host timeline of
+Megatron-Core's MoE layer"); ``DPSIM_HOST_TIMELINE=1`` turns it on to reproduce those numbers."""
+
+CUDA_GRAPHS = re.compile(r"cuda.graph|CUDA graph", re.IGNORECASE)
+"""Text of a row naming CUDA graphs (``--cuda-graph-scope``, ``--enable-cuda-graph``): the graphed parts launch
+without per-call host work, so :func:`host_timeline` leaves such rows as they are."""
+
+RECOMPUTED_MOE = re.compile(r"recompute-modules[^)]*\bmoe\b")
+"""A row's checkpointing text naming ``--recompute-modules moe`` (the whole MoE forward, dispatch included,
+re-run in backward)."""
+
+
+def host_timeline(row: dict) -> dict | None:
+    """The arguments of :func:`~dpsim.workload.layers.with_megatron_moe_host_timeline` for a Megatron-Core MoE
+    row run without CUDA graphs (``None`` otherwise, or when :data:`HOST_TIMELINE` is off): its local experts,
+    a backward wait where the eager multihot conversion runs (:func:`eager_multihot`), a recomputed dispatch
+    where the row recomputes the MoE module."""
+    if not HOST_TIMELINE or not row["framework"].startswith("Megatron-Core") or not row["moe_experts"]:
+        return None
+    if CUDA_GRAPHS.search(row["source"] + " " + row["notes"] + " " + row["activation_checkpointing"]):
+        return None
+    local = max(1, int(row["moe_experts"]) // int(row["ep"] or 1))
+    return {"local_experts": local, "backward_sync": eager_multihot(row),
+            "recomputed_dispatch": bool(RECOMPUTED_MOE.search(row["activation_checkpointing"]))}
 
 
 LM_LOSS_PATHS = {

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import field
+from dataclasses import field, replace
 
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
@@ -49,6 +49,14 @@ from dpsim.workload.roofline import (
     memory_term,
     op_kind,
     op_terms,
+)
+from dpsim.workload.host_timeline import (
+    HOST_SYNC,
+    HOST_SYNC_BACKWARD,
+    has_host_timeline,
+    is_marker,
+    marker_host_s,
+    timeline_excess_s,
 )
 from dpsim.workload.spec import LayerSpec, ModelSpec
 
@@ -265,11 +273,12 @@ _BY_IDENTITY = object()
 def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batch: int,
                 breakdown: dict[str, float] | None = None,
                 efficiencies: Efficiencies | None = None, memo: dict | None = None,
-                weight_cast: list[float] | None = None) -> tuple[float, float]:
+                weight_cast: list[float] | None = None, host_waits: list[bool] | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of one layer for one micro-batch (before ``compute_efficiency``).
     ``memo``, shared by the calls of one model, GPU, precision, micro-batch and efficiencies,
     keeps the times of layers already costed. ``weight_cast``, when given, gets the seconds of the
-    forward that are the FP8 weight casts appended (:attr:`LayerTime.fp8_weight_cast_s`)."""
+    forward that are the FP8 weight casts appended (:attr:`LayerTime.fp8_weight_cast_s`); ``host_waits``, whether
+    the layer marks a host synchronisation (:mod:`dpsim.workload.host_timeline`), found once per memo entry."""
     if not layer.ops:
         rate = gpu.achieved_rate(precision.matmul_dtype) * FLOPS_ONLY_EFFICIENCY
         fwd = layer.forward_flops_per_sample * micro_batch / rate
@@ -277,6 +286,8 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             breakdown["flops-only"] = breakdown.get("flops-only", 0.0) + fwd * (1 + BACKWARD_TO_FORWARD)
         if weight_cast is not None:
             weight_cast.append(0.0)
+        if host_waits is not None:
+            host_waits.append(False)
         return fwd, BACKWARD_TO_FORWARD * fwd
     eff = efficiencies or Efficiencies()
     # Blocks repeat: a layer with the same ops and weights as one already costed costs the same.
@@ -306,16 +317,18 @@ def layer_times(layer: LayerSpec, gpu: GpuSpec, precision: Precision, micro_batc
             kinds[kind] = kinds.get(kind, 0.0) + f + b
         # Of ``fwd`` (counted there among the memory kernels), the FP8 weight casts.
         cast = sum(t.time_s(eff) for t in fp8_weight_cast_terms(layer, gpu, precision, micro_batch))
-        known = (fwd, bwd, kinds, cast)
+        known = (fwd, bwd, kinds, cast, has_host_timeline(layer.ops))
         if memo is not None:
             memo[key] = known
             memo[same] = (layer.ops, known)
-    fwd, bwd, kinds, cast = known
+    fwd, bwd, kinds, cast, waits = known
     if breakdown is not None:
         for kind, seconds in kinds.items():
             breakdown[kind] = breakdown.get(kind, 0.0) + seconds
     if weight_cast is not None:
         weight_cast.append(cast)
+    if host_waits is not None:
+        host_waits.append(waits)
     return fwd, bwd
 
 
@@ -383,6 +396,42 @@ def optimizer_time_s(terms: list[Term], efficiencies: Efficiencies | None = None
     return math.fsum(t.time_s(eff) for t in terms)
 
 
+def _with_host_waits(model: ModelSpec, layers: list[LayerTime], gpu: GpuSpec, precision: Precision,
+                     micro_batch: int, eff: Efficiencies, compute_efficiency: float) -> list[LayerTime]:
+    """``layers`` with the GPU idle time after each host synchronisation the model marks
+    (:mod:`dpsim.workload.host_timeline`) added to the forward or backward of the layer holding it: the
+    forward's ops in order and the backward's in reverse, each op's kernel time (its roofline time without
+    the dispatch floor), its dispatch and its marked framework calls on the host."""
+    def timeline(backward: bool) -> tuple[list[tuple[float, float, float, bool]], list[int]]:
+        ops: list[tuple[float, float, float, bool]] = []
+        owner: list[int] = []
+        order = reversed(list(enumerate(model.layers))) if backward else enumerate(model.layers)
+        for i, layer in order:
+            for op in (reversed(layer.ops) if backward else layer.ops):
+                owner.append(i)
+                if is_marker(op):
+                    ops.append((0.0, marker_host_s(op)[1 if backward else 0], 0.0,
+                                op.name == (HOST_SYNC_BACKWARD if backward else HOST_SYNC)))
+                    continue
+                terms = op_terms(op, gpu, precision, micro_batch)[1 if backward else 0]
+                g = sum(max(t.compute_s / eff.matmul if t.kind == "matmul" else t.compute_s, t.memory_s / eff.memory)
+                        for t in terms)
+                ops.append((g / compute_efficiency, sum(t.host_s for t in terms),
+                            sum(t.time_s(eff) for t in terms) / compute_efficiency, False))
+        return ops, owner
+
+    fwd_ops, fwd_owner = timeline(False)
+    bwd_ops, bwd_owner = timeline(True)
+    added_f = [0.0] * len(layers)
+    added_b = [0.0] * len(layers)
+    for i, s in zip(fwd_owner, timeline_excess_s(fwd_ops)):
+        added_f[i] += s
+    for i, s in zip(bwd_owner, timeline_excess_s(bwd_ops)):
+        added_b[i] += s
+    return [replace(lt, forward_s=lt.forward_s + f, backward_s=lt.backward_s + b) if f or b else lt
+            for lt, f, b in zip(layers, added_f, added_b)]
+
+
 def compute_profile(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -422,13 +471,19 @@ def compute_profile(
     breakdown: dict[str, float] = {}
     layers = []
     memo = {} if memo is None else memo
+    waits: list[bool] = []
     for layer in model.layers:
         cast: list[float] = []
-        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo, weight_cast=cast)
+        fwd, bwd = layer_times(layer, gpu, precision, micro_batch, breakdown, efficiencies, memo, weight_cast=cast,
+                               host_waits=waits)
         layers.append(LayerTime(name=layer.name, forward_s=fwd / compute_efficiency,
                                 backward_s=bwd / compute_efficiency,
                                 param_names=tuple(p.name for p in layer.params),
                                 fp8_weight_cast_s=cast[0] / compute_efficiency))
+    if any(waits):
+        layers = _with_host_waits(model, layers, gpu, precision, micro_batch, efficiencies or Efficiencies(),
+                                  compute_efficiency)
+
     def optimizer_s_with(clip: bool, zero_loop: bool) -> float:
         return optimizer_time_s(optimizer_terms(model, gpu, precision, optimizer, fused=fused_optimizer,
                                                 implementation=optimizer_impl,

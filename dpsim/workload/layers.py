@@ -1048,6 +1048,66 @@ def with_alltoall_sort(model: ModelSpec, *, etp: int = 1) -> ModelSpec:
     return replace(model, layers=tuple(layers))
 
 
+MEGATRON_ATTENTION_TE_CALLS = 5
+"""TransformerEngine module calls of a Megatron-Core attention block with query/key normalisation, each
+way: the fused norm and QKV projection (``TELayerNormColumnParallelLinear``), the query and key norms
+(``TENorm``, ``--qk-layernorm``), ``TEDotProductAttention`` and the output projection
+(``TERowParallelLinear``) (NVIDIA/Megatron-LM@1e057005959b ``megatron/core/models/gpt/gpt_layer_specs.py``,
+``get_gpt_layer_with_transformer_engine_spec``)."""
+
+
+def with_megatron_moe_host_timeline(model: ModelSpec, *, local_experts: int, backward_sync: bool = False,
+                                    recomputed_dispatch: bool = False) -> ModelSpec:
+    """``model`` with the host timeline of Megatron-Core's MoE layer marked (:mod:`dpsim.workload.host_timeline`):
+    the host waits for the GPU once the tokens a rank receives are counted, before the permutation (the
+    alltoall dispatcher's ``cuda_dtoh_stream.synchronize()`` before the all-to-all, the flex dispatcher's
+    busy-wait for DeepEP's notify counts and, before Megatron-LM 6782fe457f, its eager multihot conversion:
+    NVIDIA/Megatron-LM@1e057005959b ``megatron/core/transformer/moe/token_dispatcher.py`` lines 317-330,
+    428-430, 839-868, ``fused_a2a.py`` lines 89-114), because the grouped GEMM's per-expert row counts
+    (``m_splits``) must be on the host; after it the host dispatches, before the GPU can run them, the
+    TransformerEngine calls of the permutation, the two grouped linears (one GEMM launch and its allocations
+    per local expert), the unpermutation, then the next block's attention (:data:`MEGATRON_ATTENTION_TE_CALLS`)
+    and pre-MLP norm. ``backward_sync``: the backward waits too (the eager conversion's masked
+    ``index_put_``); ``recomputed_dispatch``: the backward re-runs the dispatch first (``--recompute-modules
+    moe``), a wait at the start of the layer's backward. Layers without routed experts get only their
+    attention calls (and no wait); every op keeps its cost."""
+    from dpsim.workload.host_timeline import call_marker, sync_marker
+
+    if local_experts < 1:
+        raise ConfigError(f"local_experts: {local_experts!r} is not a positive integer")
+    layers = []
+    for layer in model.layers:
+        names = [op.name for op in layer.ops]
+        if any(n.startswith("host.") for n in names):
+            layers.append(layer)
+            continue
+        ops: list[OpSpec] = []
+        if any(isinstance(op, AttentionOp) for op in layer.ops) or "attention.scores" in names:
+            ops.append(call_marker("te_module", MEGATRON_ATTENTION_TE_CALLS))
+            layers.append(replace(layer, ops=tuple(ops) + layer.ops))
+            continue
+        if "experts.permute" not in names:
+            layers.append(layer)
+            continue
+        first_multihot = next((n for n in names if n.startswith("experts.multihot.")), None)
+        for op in layer.ops:
+            if op is layer.ops[0]:
+                ops.append(call_marker("te_module"))  # the pre-MLP norm
+            if backward_sync and op.name == (first_multihot or "experts.permute"):
+                ops.append(sync_marker(backward=True))
+            if op.name == "experts.permute":
+                ops += [sync_marker(), call_marker("te_module")]
+            elif op.name in ("experts.gate_up", "experts.down"):
+                ops += [call_marker("te_module"), call_marker("grouped_gemm", local_experts)]
+            elif op.name == "experts.unpermute":
+                ops.append(call_marker("te_module"))
+            ops.append(op)
+        if recomputed_dispatch:
+            ops.append(sync_marker(backward=True))
+        layers.append(replace(layer, ops=tuple(ops)))
+    return replace(model, layers=tuple(layers))
+
+
 def moe_activation_bytes(tokens: int, hidden: int, *, experts: int, top_k: int, expert_ffn: int,
                          shared_ffn: int) -> float:
     """Bytes an MoE layer keeps for backward per sample (2 bytes per element, b = 1): its norm
