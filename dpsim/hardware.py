@@ -583,8 +583,8 @@ holds the GPU at its power limit, so the sustained rate is the one it runs at. T
 GH100 preset (H100 SXM, H800, H200, GH200 96 GB): the same 132-SM die, clocks and power limit (the
 H100 SXM itself has no MSMF row: '-' in the table). It replaces mamf-finder's earlier figures
 (hardware.csv H015 794.5 and H018 1402.6 on the H100 SXM, H019 1453.4 on the H200: a mean of 100
-iterations of one shape after 50 warm-up, about 0.1 s at the best shape, which the tool's own README
-now calls the boost-burst figure) and the community torch.mm benchmark's 790.29 on the H200 (30
+iterations of one shape after 50 warm-up, about 20 ms at the best shape 2048x2048x13312, the kind of
+short run the tool's own README now calls the boost-clock burst) and the community torch.mm benchmark's 790.29 on the H200 (30
 iterations). The A100 needs no such change: its old figure is already the sustained one (A100 PCIe
 MAMF 252.9 in H014 against an MSMF of 258 in the same table)."""
 
@@ -655,8 +655,8 @@ _register(_hopper(
 ))
 _register(_hopper(
     # The 96 GB HBM3 superchip has no matmul measurement of its own: H016 (828.6) is the 900 W
-    # 141 GiB HBM3e version. This one takes the H100 SXM's (H015): the same 132-SM GH100 with
-    # HBM3, at the 700 W that Lambda's table lists for its GH200 96GB system.
+    # 141 GiB HBM3e version. This one takes the 700 W GH100's sustained rate (GH100_SUSTAINED_TFLOPS): the
+    # same 132-SM GH100 with HBM3, at the 700 W that Lambda's table lists for its GH200 96GB system.
     "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", GH100_SUSTAINED_TFLOPS["bfloat16"] * TFLOPS, None,
     96, 4.0,
     (f"{_MSMF}: H200 SXM bf16 755 TFLOP/s sustained (GH100_SUSTAINED_TFLOPS), taken for the 96 GB "
@@ -684,7 +684,7 @@ _register(_hopper(
 
 # H800: the H100 SXM5 for China, the same 132-SM GH100 at 700 W with NVLink cut to 400 GB/s (a
 # topology matter, not the GPU's) and FP64 to 1 TFLOPS; no matmul measurement of its own, so the
-# H100 SXM's (H015, H018, and its measured TF32).
+# 700 W GH100's sustained rates (GH100_SUSTAINED_TFLOPS) and the H100 SXM's TF32/bf16 ratio.
 _register(_hopper(
     "h800", "NVIDIA H800 SXM5 80GB", GH100_SUSTAINED_TFLOPS["bfloat16"] * TFLOPS,
     GH100_SUSTAINED_TFLOPS["float8"] * TFLOPS, 80, 3.35,
