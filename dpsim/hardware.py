@@ -21,7 +21,10 @@ Rate keys (torch dtype names, see :data:`MATMUL_DTYPES`):
 
 *Achieved* rates are the best measured matmul rate where one is published: mamf-finder's
 best shape (the MAMF table), or the best square ``torch.mm`` of a community benchmark
-(:data:`_TPD`, whose H100 bf16 rows agree with mamf-finder's within 1.5 %). A rate key
+(:data:`_TPD`, whose H100 bf16 rows agree with mamf-finder's within 1.5 %). Both time short
+runs that hold boost clocks; where the rate a GPU *sustains* at its power limit is published
+(mamf-finder's MSMF, measured in a node whose other GPUs compute), it replaces them: the 700 W
+GH100 presets (:data:`GH100_SUSTAINED_TFLOPS`, 5 % below the burst figure). A rate key
 with no measurement of its own is derived from the GPU's measured 16-bit rate times the
 ratio that key keeps to it where both are measured on the same silicon (TF32 ~ half the
 16-bit rate, as the datasheets' peaks say); a GPU with no measurement at all takes the
@@ -568,6 +571,23 @@ _H100_PEAKS = {"bfloat16": 989 * TFLOPS, "float16": 989 * TFLOPS, "float32": 494
                "float32-highest": 67 * TFLOPS, "float8": 1979 * TFLOPS}  # H021, H018 notes, spec table
 
 
+_MSMF = ("MAMF & MSMF table (stas00/ml-engineering@0359db89793c313e90e4f8a8bc8a2b1514ba00ae "
+         "compute/accelerator/README.md, 'Maximum Achievable and Sustainable Matmul FLOPS comparison table')")
+GH100_SUSTAINED_TFLOPS = {"bfloat16": 755.0, "float8": 1354.0}
+"""Matmul rate a 700 W GH100 *sustains*, TFLOP/s: the MSMF of the H200 SXM in :data:`_MSMF` (BF16 row,
+note 3: 755 at 1536x2816x6144, ~685-688 W, 1860-1918 MHz; FP8 row, note 11: 1354 at 1536x2816x10240),
+each the median GPU of an 8-GPU node measured while the other seven run a continuous matmul
+(``mamf-finder-all-gpus.py``, 'Siblings' yes), after the SM clock has settled at the power cap. The
+same table's burst rate (MAMF) of that H200 is 850 / 1525 at 1980 MHz and ~150-170 W: a training step
+holds the GPU at its power limit, so the sustained rate is the one it runs at. Taken for every 700 W
+GH100 preset (H100 SXM, H800, H200, GH200 96 GB): the same 132-SM die, clocks and power limit (the
+H100 SXM itself has no MSMF row: '-' in the table). It replaces mamf-finder's earlier figures
+(hardware.csv H015 794.5 and H018 1402.6 on the H100 SXM, H019 1453.4 on the H200: a mean of 100
+iterations of one shape after 50 warm-up, about 20 ms at the best shape 2048x2048x13312, the kind of
+short run the tool's own README now calls the boost-clock burst) and the community torch.mm benchmark's 790.29 on the H200 (30
+iterations). The A100 needs no such change: its old figure is already the sustained one (A100 PCIe
+MAMF 252.9 in H014 against an MSMF of 258 in the same table)."""
+
 _H100_FP32_EFF = (51.88 + 52.11) / 2 / 67.0  # _TPD two 'NVIDIA H100 80GB HBM3' rows, fp32 / spec-table peak
 
 
@@ -600,13 +620,15 @@ def _hopper(name: str, description: str, bf16_achieved: float, fp8_achieved: flo
 
 
 _register(_hopper(
-    "h100", "NVIDIA H100 SXM5 80GB", 794.5 * TFLOPS, 1402.6 * TFLOPS, 80, 3.35,
-    ("hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder)",
-     "hardware.csv H018: H100 SXM fp8 matmul 1402.6 TFLOP/s achieved, peak 1979",
+    "h100", "NVIDIA H100 SXM5 80GB", GH100_SUSTAINED_TFLOPS["bfloat16"] * TFLOPS,
+    GH100_SUSTAINED_TFLOPS["float8"] * TFLOPS, 80, 3.35,
+    (f"{_MSMF}: H200 SXM (same 700 W GH100) bf16 755, fp8 1354 TFLOP/s sustained (MSMF, siblings busy), "
+     "taken for the H100 SXM (GH100_SUSTAINED_TFLOPS); its burst figures hardware.csv H015 bf16 794.5 and "
+     "H018 fp8 1402.6 (mamf-finder, peak 1979) replaced",
      "hardware.csv H021: H100 SXM dense peak bf16 989, tf32 494.5 TFLOP/s",
      f"{_SPEC}: H100 SXM fp32 67 TFLOPS", _H100_SXM_DATASHEET,
-     f"{_TPD}: 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) tf32 402.15 TFLOP/s measured"),
-    measured={"float32": 402.15 * TFLOPS},
+     f"{_TPD}: 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) tf32 402.15, bf16 797.51 TFLOP/s measured (30 "
+     "iterations: a burst rate, so TF32 = the sustained bf16 x their ratio, not 402.15 itself)"),
 ))
 # A 350 W board: it measures 66 % of its peak where the 700 W SXM measures 80 %.
 _register(_hopper(
@@ -633,11 +655,12 @@ _register(_hopper(
 ))
 _register(_hopper(
     # The 96 GB HBM3 superchip has no matmul measurement of its own: H016 (828.6) is the 900 W
-    # 141 GiB HBM3e version. This one takes the H100 SXM's (H015): the same 132-SM GH100 with
-    # HBM3, at the 700 W that Lambda's table lists for its GH200 96GB system.
-    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", 794.5 * TFLOPS, None, 96, 4.0,
-    ("hardware.csv H015: H100 SXM bf16 matmul 794.5 TFLOP/s achieved (mamf-finder), taken for the 96 GB "
-     "HBM3 GH200, which has no measurement of its own; hardware.csv H016 (GH200 828.6 TFLOP/s) is the "
+    # 141 GiB HBM3e version. This one takes the 700 W GH100's sustained rate (GH100_SUSTAINED_TFLOPS): the
+    # same 132-SM GH100 with HBM3, at the 700 W that Lambda's table lists for its GH200 96GB system.
+    "gh200", "NVIDIA GH200 Grace Hopper (H100 GPU, 96GB HBM3)", GH100_SUSTAINED_TFLOPS["bfloat16"] * TFLOPS, None,
+    96, 4.0,
+    (f"{_MSMF}: H200 SXM bf16 755 TFLOP/s sustained (GH100_SUSTAINED_TFLOPS), taken for the 96 GB "
+     "HBM3 GH200 at 700 W, which has no measurement of its own; hardware.csv H016 (GH200 828.6 TFLOP/s) is the "
      "'900W 141GiB HBM3e version' (stas00/ml-engineering@744d01e18b79 compute/accelerator/README.md, MAMF table)",
      "lambdal/deeplearning-benchmark@aa5addb6a53675a649a80036dad548f1c27cbcc4 pytorch/csv_v1_v2/"
      "pytorch-train-throughput-fp16.csv: 'LambdaCloud 1x GH200 96GB' listed at 700 W, as H100 SXM",
@@ -648,8 +671,10 @@ _register(_hopper(
 # H200: the same GH100 die and clocks as H100 SXM, so the same dense peaks (H021; H019
 # notes the same fp8 peak 1979 as H018).
 _register(_hopper(
-    "h200", "NVIDIA H200 SXM 141GB", 790.29 * TFLOPS, 1453.4 * TFLOPS, 141, 4.8,
-    ("hardware.csv H019: H200 SXM fp8 matmul 1453.4 TFLOP/s achieved, peak 1979",
+    "h200", "NVIDIA H200 SXM 141GB", GH100_SUSTAINED_TFLOPS["bfloat16"] * TFLOPS,
+    GH100_SUSTAINED_TFLOPS["float8"] * TFLOPS, 141, 4.8,
+    (f"{_MSMF}: H200 SXM bf16 755, fp8 1354 TFLOP/s sustained (MSMF, siblings busy; GH100_SUSTAINED_TFLOPS); "
+     "its burst figures hardware.csv H019 fp8 1453.4 (peak 1979) and the torch.mm bf16 790.29 below replaced",
      "hardware.csv H021: H100 SXM dense peaks (H200 uses the same GH100 die)",
      f"{_TPD}: 'NVIDIA H200' (Mightlaus) bf16 790.29, fp16 759.40, fp32 51.34 TFLOP/s",
      "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 141 GB HBM3e, 4.8 TB/s, same "
@@ -659,19 +684,20 @@ _register(_hopper(
 
 # H800: the H100 SXM5 for China, the same 132-SM GH100 at 700 W with NVLink cut to 400 GB/s (a
 # topology matter, not the GPU's) and FP64 to 1 TFLOPS; no matmul measurement of its own, so the
-# H100 SXM's (H015, H018, and its measured TF32).
+# 700 W GH100's sustained rates (GH100_SUSTAINED_TFLOPS) and the H100 SXM's TF32/bf16 ratio.
 _register(_hopper(
-    "h800", "NVIDIA H800 SXM5 80GB", 794.5 * TFLOPS, 1402.6 * TFLOPS, 80, 3.35,
+    "h800", "NVIDIA H800 SXM5 80GB", GH100_SUSTAINED_TFLOPS["bfloat16"] * TFLOPS,
+    GH100_SUSTAINED_TFLOPS["float8"] * TFLOPS, 80, 3.35,
     ("deepseek-ai/FlashMLA@f6894dbf015a docs/20250422-new-kernel-deep-dive.md: 'An NVIDIA H800 SXM5 GPU has a "
      "peak memory bandwidth of 3.35 TB/s and peak FLOPs of 990 TFlops' (bf16 dense, the H100 SXM's 989)",
      "DeepSeek-V3 technical report (arXiv:2412.19437) Sec. 3.5.1: 132 SMs on the H800",
      "aiwiki.ai/wiki/nvidia_h800: the H100's GH100 silicon with chip-to-chip bandwidth (NVLink 400 GB/s) and "
      "FP64 cut below the October 2022 export thresholds; 80 GB HBM3",
-     "hardware.csv H015 / H018: H100 SXM bf16 794.5, fp8 1402.6 TFLOP/s achieved (mamf-finder), taken for the "
+     f"{_MSMF}: H200 SXM bf16 755, fp8 1354 TFLOP/s sustained (GH100_SUSTAINED_TFLOPS), taken for the "
      "H800 (same die, SMs, clocks and power), which has no measurement of its own",
      "hardware.csv H021: H100 SXM dense peaks bf16 989, tf32 494.5", f"{_SPEC}: H100 SXM fp32 67 TFLOPS",
-     f"{_TPD}: 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) tf32 402.15 TFLOP/s measured, taken as for H015"),
-    measured={"float32": 402.15 * TFLOPS},
+     f"{_TPD}: 'NVIDIA H100 80GB HBM3' (HaxxorCialtion) tf32 402.15 / bf16 797.51 TFLOP/s measured, their ratio "
+     "taken as for the H100 SXM"),
 ))
 # H20: the China-market Hopper with 78 SMs, 96 GB HBM3 at 4.0 TB/s and 400 W; compute capped at
 # 148 TFLOPS dense bf16, which the community benchmark reaches at 96 % (both rows agree). Fused attention

@@ -610,7 +610,8 @@ def _misses(results: list[Result], multi: list[MultiGpuResult]) -> str:
   fast, on A100 {mpt["a100"]}: llm-foundry measured 42-46 % MFU on H100 and 60-64 % on A100
   (its own column). The H100 runs used torch 2.1 / CUDA 12.1 (Oct. 2023) with a Triton
   attention kernel written for Ampere, while the H100 GEMM rate dpsim starts from
-  (mamf-finder, 794.5 TFLOP/s) was measured with torch 2.7; FSDP's collectives on NVLink
+  (755 TFLOP/s, the sustained rate mamf-finder measured on the same 700 W GH100 in an H200 node:
+  `dpsim.hardware.GH100_SUSTAINED_TFLOPS`) was measured with torch 2.14; FSDP's collectives on NVLink
   are hidden behind compute (the exposed column), so they do not explain the gap."""
 
 

@@ -78,7 +78,7 @@ column cuda_sub); about 7 µs per eager op on tiny tensors (flagos-ai/FlagGems i
 (pytorch/pytorch issue #82793, description). Python-level optimizer loops pay it per
 parameter and per op."""
 
-MEMORY_EFFICIENCY = 0.736
+MEMORY_EFFICIENCY = 0.739
 """Fraction of the GPU's *streaming* bandwidth (:attr:`dpsim.hardware.GpuSpec.streaming_bandwidth_bytes_per_s`:
 what a STREAM ``scale`` kernel measures, 66-94 % of the datasheet peak depending on the memory
 technology) that PyTorch's eager element-wise kernels reach, as the ops are counted here. Fitted
@@ -86,7 +86,7 @@ leave-one-chip-out by ``validation/accuracy_compute.py`` (it prints every fold);
 the fit on all scored rows. Real kernels lose more than a pure stream to launch tails, partial
 waves and less regular access (strided norms, gathers)."""
 
-MATMUL_EFFICIENCY = 0.999
+MATMUL_EFFICIENCY = 0.997
 """Fraction of the best-shape measured matmul rate (:mod:`dpsim.hardware`) that a
 full-wave, full-tile GEMM of a real layer reaches. Fitted like :data:`MEMORY_EFFICIENCY`."""
 
