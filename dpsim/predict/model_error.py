@@ -467,6 +467,13 @@ class _Bands:
     def scale_band(self) -> str:
         return band(self.gpus, SCALE_BANDS)
 
+    @cached_property
+    def coarse(self) -> bool:
+        """A step priced by the parts dpsim models most coarsely (:func:`query_features`): parameters
+        gathered per unit or state offloaded, long context, or a mixture of experts."""
+        return bool(getattr(self, "sharded_state", False) or getattr(self, "long_context", False)
+                    or getattr(self, "layout_kind", "") == "moe")
+
 
 @frozen_dataclass
 class ResidualRow(_Bands):
@@ -505,6 +512,15 @@ class ResidualRow(_Bands):
     published FSDP / ZeRO / HSDP, 3D and MoE runs); reported apart, pooled alike."""
     layout_kind: str = ""
     """A ``layout`` row's kind (:func:`layout_kind`); empty in the other pools."""
+    sharded_state: bool = False
+    """A ``layout`` row's query shards parameters per unit (ZeRO-3, FSDP) or offloads state to the host
+    (:func:`query_features`); False in the other pools."""
+    long_context: bool = False
+    """A ``layout`` row's query runs context parallelism or samples of :data:`LONG_CONTEXT_TOKENS` or more."""
+    fp8: bool = False
+    """A ``layout`` row's query trains its linears in FP8 (``--fp8``)."""
+    recompute: bool = False
+    """A ``layout`` row's query recomputes activations (any ``--recompute`` mode)."""
 
 
 @frozen_dataclass
@@ -534,6 +550,14 @@ class Regime(_Bands):
     """A typical all-reduce of the job's exposed communication (a gradient bucket), in bytes."""
     layout_kind: str = ""
     """The job's layout kind (:func:`layout_kind`), read by the ``layout`` pool."""
+    sharded_state: bool = False
+    """The job shards parameters per unit or offloads state (:func:`query_features`)."""
+    long_context: bool = False
+    """The job runs context parallelism or samples of :data:`LONG_CONTEXT_TOKENS` or more."""
+    fp8: bool = False
+    """The job trains its linears in FP8."""
+    recompute: bool = False
+    """The job recomputes activations."""
 
 
 @frozen_dataclass
@@ -600,6 +624,29 @@ def model_family(model) -> str:
     if any(isinstance(op, MatmulOp) and op.kind == "conv" for op in ops):
         return "cnn"
     return "unknown"
+
+
+LONG_CONTEXT_TOKENS = 32768
+"""Samples from this many tokens on are long context (attention's share of the step grows with the
+sequence, and such runs use ring or all-to-all context exchanges, offload and packing)."""
+
+FEATURES = ("sharded_state", "long_context", "fp8", "recompute")
+"""The query-time features a row and a regime carry (:func:`query_features`)."""
+
+
+def query_features(config, model) -> dict[str, bool]:
+    """What a prediction's own configuration says about the parts of the model that price its step
+    (each known before anything is measured): parameters gathered per unit (ZeRO-3, FSDP) or state
+    offloaded to the host, long context (context parallelism or :data:`LONG_CONTEXT_TOKENS`-token
+    samples), FP8 linears, activation recomputation. Read into every row and every regime, so that
+    a regime rule may key or calibrate on them (``validation/model_error_variants.py``)."""
+    from dpsim.strategies.registry import UNIT_STRATEGIES
+
+    par, ex = config.parallelism, config.execution
+    return {"sharded_state": par.strategy in UNIT_STRATEGIES or ex.offload != "off",
+            "long_context": par.cp > 1 or (getattr(model, "tokens_per_sample", None) or 0) >= LONG_CONTEXT_TOKENS,
+            "fp8": ex.fp8 is not None,
+            "recompute": ex.checkpointing.mode != "off"}
 
 
 @lru_cache(maxsize=1)
@@ -956,7 +1003,8 @@ def _scored(row: ResidualRow, others: list[ResidualRow], knobs: dict[str, Knobs]
     regime = Regime(pools=() if collective else (row.pool,), gpu_arch=row.gpu_arch,
                     model_family=row.model_family, params=row.params, gpus=row.gpus,
                     fabric=row.fabric, exposed_share=1.0 if collective else row.exposed_share,
-                    unvalidated_fabric=unvalidated, message_bytes=row.message_bytes, layout_kind=row.layout_kind)
+                    unvalidated_fabric=unvalidated, message_bytes=row.message_bytes, layout_kind=row.layout_kind,
+                    **{name: getattr(row, name) for name in FEATURES})
     low, high, _, _, _ = log_interval(regime, others, knobs)
     return low <= row.log_ratio <= high, abs(math.expm1(row.log_ratio)), (math.exp(high) - math.exp(low)) / 2
 
