@@ -32,6 +32,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -376,7 +377,8 @@ def _w_select(rows, regime, keys, minimum) -> tuple[list, int]:
     """The regime's rows and the keys kept: dropped from the last until ``minimum`` rows of at
     least the variant's systems remain."""
     target = tuple(getattr(regime, k) for k in keys)
-    values = [tuple(getattr(r, k) for k in keys) for r in rows]
+    # attrgetter (C) reads the keys of a few hundred rows per band; --nested builds tens of thousands
+    values = list(map(attrgetter(*keys), rows)) if len(keys) > 1 else [(getattr(r, keys[0]),) for r in rows]
     for keep in range(len(keys), -1, -1):
         chosen = [r for r, v in zip(rows, values) if v[:keep] == target[:keep]]
         if (len(chosen) >= minimum and len({r.system for r in chosen}) >= _W.variant.systems) or keep == 0:
@@ -431,8 +433,12 @@ def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str, int]]:
         return _W.scores[key]
     out = []
     for others, extent, mine in me._held_out(pool_rows):
+        bands: dict[tuple, tuple] = {}  # one band per regime key of the system's rows, as me._scores
         for r in mine:
-            lo, c, hi, k, _ = _w_band(others, r, knobs)
+            key = tuple(getattr(r, name) for name in knobs.keys)
+            if key not in bands:
+                bands[key] = _w_band(others, r, knobs)
+            lo, c, hi, k, _ = bands[key]
             ways = len(me._extrapolations(others, r, r.pool, extent))
             factor = me.WIDEN_PER_EXTRAPOLATION ** ways
             out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id,

@@ -935,7 +935,8 @@ def step_fabric(topology, n_gpus: int) -> tuple[str, tuple[str, ...]]:
 
 
 def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layout: bool,
-              exposed_share: float, message_bytes: float = 0.0, kind: str = "dp", sharded: bool = False) -> Regime:
+              exposed_share: float, message_bytes: float = 0.0, kind: str = "dp", sharded: bool = False,
+              features: dict[str, bool] | None = None) -> Regime:
     """The regime of a prediction (module docstring: which pools, and the keys within them);
     ``exposed_share``: the step's exposed communication over the step; ``message_bytes``: a
     typical all-reduce of it (a gradient bucket); ``kind``: its :func:`layout_kind`; ``sharded``:
@@ -945,7 +946,9 @@ def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layo
     until 2026-12-06 a preset FSDP / ZeRO query that is not a transformer of a billion parameters
     or more took the compute and ddp pools, which gave the eight such layout rows (MosaicML's
     125M-760M FSDP runs, SageMaker's 50.6B ZeRO-3 run of a model known by its FLOPs), built as their
-    queries were, half-widths of 53-244 % (every one inside) against the layout pool's 13-19 %."""
+    queries were, half-widths of 53-244 % (every one inside) against the layout pool's 13-19 %.
+    ``features``: :func:`query_features` of the prediction's configuration, carried for a rule that
+    keys or calibrates on them (the shipped rule reads none: regime's R variants, module docstring)."""
     family = model_family(model)
     params = float(model.param_count)
     big_transformer = family in ("decoder", "encoder") and params >= LARGE_TRANSFORMER_PARAMS
@@ -960,7 +963,7 @@ def regime_of(*, model, gpu, topology, n_gpus: int, measured_compute: bool, layo
     fabric, unvalidated = step_fabric(topology, n_gpus)
     return Regime(pools=pools, gpu_arch=gpu.architecture or "cpu", model_family=family, params=params, gpus=n_gpus,
                   fabric=fabric, exposed_share=min(1.0, max(0.0, exposed_share)) if n_gpus > 1 else 0.0,
-                  unvalidated_fabric=unvalidated, message_bytes=message_bytes, layout_kind=kind)
+                  unvalidated_fabric=unvalidated, message_bytes=message_bytes, layout_kind=kind, **(features or {}))
 
 
 REPORTED_KEYS = {**{pool: "gpu_arch" for pool in POOLS}, COLLECTIVE_POOL: "message_band"}
