@@ -324,6 +324,22 @@ is built from the rows of the regime it falls in:
   and that system's rows scored with the choice: 80.0 % (355), 2.056 (Y5 for 38 of 58 systems;
   ``python validation/model_error_variants.py --gather --nested Y0 Y5``): the choice held out meets
   neither bar; among all of Y0-Y6, 81.5 % (362), 2.207 (Y5 for 34 systems, Y4 for 16).
+* **Query-time regime features: registered on 2026-12-07 (regime), none kept.** The width helper found
+  the median half-width set by each left-out system's own bias; a feature the query knows might separate
+  the steps dpsim prices coarsely from the ones it prices well. :func:`query_features` reads, from the
+  prediction's own configuration, parameters gathered per unit or state offloaded (``sharded_state``),
+  long context (``cp > 1`` or :data:`LONG_CONTEXT_TOKENS`), FP8 linears, recomputation, and ``coarse``
+  (sharded, long context or MoE); every row and regime carries them, no shipped rule reads them.
+  Registered and committed before any score (``validation/model_error_variants.py`` R0-R6; keep rule
+  as width's), on the 457 rows (inside %, half-width / error): R0, the rule above, 79.9 %, 2.241;
+  the margin calibrated apart by ``coarse`` (R1) 79.4 %, 2.201; ``coarse`` as the layout pool's second
+  key (R2) 80.1 %, 2.238; both (R3) 80.5 %, 2.403; the margin apart by ``sharded_state`` (R4) 79.9 %,
+  2.092; by ``long_context`` (R5) 79.6 %, 2.237; by ``fp8`` (R6) 79.6 %, 2.235. None meets both bars.
+  R4 moves the margin as meant (ln 0.038 for the 367 other rows, 0.088 for the 90 sharded ones; the
+  sharded rows 68.9 -> 76.7 % inside) but gains 7 sharded rows for 7 others lost at the narrower band's
+  edge; the sharded rows still outside are left-out systems' (MosaicML, Ai2's OLMo-core H100, XTuner)
+  whose biases the other sharded systems' scores do not reach (``validation/large_model_runs.md``,
+  "query-time regime features").
 * **Several pools.** A preset multi-GPU prediction adds the compute and ddp pools' residuals
   (each moved out by the margin) pairwise (the outer sum: the distribution of the sum of
   two independent errors). No published row predicts such a step end to end, so whether the sum
