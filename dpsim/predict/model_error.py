@@ -373,6 +373,7 @@ from typing import Any
 import numpy as np
 
 from dpsim.frozen import frozen_dataclass
+from dpsim.strategies.registry import UNIT_STRATEGIES
 from dpsim.wording import a_an, span
 from dpsim.workload.spec import AttentionOp, MatmulOp
 
@@ -656,8 +657,6 @@ def query_features(config, model) -> dict[str, bool]:
     offloaded to the host, long context (context parallelism or :data:`LONG_CONTEXT_TOKENS`-token
     samples), FP8 linears, activation recomputation. Read into every row and every regime, so that
     a regime rule may key or calibrate on them (``validation/model_error_variants.py``)."""
-    from dpsim.strategies.registry import UNIT_STRATEGIES
-
     par, ex = config.parallelism, config.execution
     return {"sharded_state": par.strategy in UNIT_STRATEGIES or ex.offload != "off",
             "long_context": par.cp > 1 or (getattr(model, "tokens_per_sample", None) or 0) >= LONG_CONTEXT_TOKENS,
