@@ -366,3 +366,33 @@ def test_the_variants_script_reimplements_the_shipped_intervals_and_restores_the
     for pool, c in v0.items():
         assert (w0[pool].inside, w0[pool].rows) == (c.inside, c.rows), pool
         assert w0[pool].median_half_width == pytest.approx(c.median_half_width, rel=1e-12), pool
+
+
+def test_query_features_come_from_the_prediction_s_own_configuration():
+    """regime (2026-12-07): the features the R variants key or calibrate on are read from the query,
+    known before anything is measured, so ``predict`` could use any of them."""
+    from dpsim.predict.model_error import LONG_CONTEXT_TOKENS, query_features
+
+    model = get_model("llama-2-7b")
+    plain = query_features(PredictConfig(gpus=8, model="llama-2-7b"), model)
+    assert plain == {"sharded_state": False, "long_context": False, "fp8": False, "recompute": False}
+    assert query_features(PredictConfig(gpus=8, model="llama-2-7b", strategy="fsdp"), model)["sharded_state"]
+    assert query_features(PredictConfig(gpus=8, model="llama-2-7b", strategy="zero3"), model)["sharded_state"]
+    assert not query_features(PredictConfig(gpus=8, model="llama-2-7b", strategy="zero1"), model)["sharded_state"]
+    assert query_features(PredictConfig(gpus=8, model="llama-2-7b", tp=2, cp=2), model)["long_context"]
+    long = dataclasses.replace(model, tokens_per_sample=LONG_CONTEXT_TOKENS)
+    assert query_features(PredictConfig(gpus=8, model="llama-2-7b"), long)["long_context"]
+    assert query_features(PredictConfig(gpus=8, model="llama-2-7b", recompute="full"), model)["recompute"]
+
+
+def test_every_layout_row_carries_its_query_features_and_the_other_pools_none():
+    """The features default to False (rows stored before they were gathered read so too); only a
+    layout row's query sets them, and ``coarse`` is their composite with the MoE kind."""
+    row = ResidualRow(id="x", pool="layout", system="s", log_ratio=0.0, gpu_arch="hopper", model_family="decoder",
+                      params=7e9, gpus=64, source="test", layout_kind="moe")
+    assert row.coarse and not row.sharded_state
+    assert not dataclasses.replace(row, layout_kind="3d").coarse
+    assert dataclasses.replace(row, layout_kind="dp", long_context=True).coarse
+    for r in load_rows()[0]:
+        if r.pool != "layout":
+            assert not (r.sharded_state or r.long_context or r.fp8 or r.recompute), r.id

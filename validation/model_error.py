@@ -55,6 +55,7 @@ from dpsim.predict.model_error import (  # noqa: E402
     layout_kind,
     loso_coverage,
     model_family,
+    query_features,
     regime_coverage,
     step_fabric,
 )
@@ -127,7 +128,7 @@ def layout_rows() -> list[ResidualRow]:
                                params=float(model.param_count), gpus=int(row["gpus"]), source=_short(row["source"]),
                                suite="layouts", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
                                **_as_queried(topology, int(row["gpus"]), result["exposed_comm_s"], result["step_s"],
-                                             result["message_bytes"])))
+                                             result["message_bytes"]), **query_features(config, model)))
     return out
 
 
@@ -165,7 +166,7 @@ def large_model_rows() -> list[ResidualRow]:
                                params=float(model.param_count), gpus=res.gpus, source=_short(row["source"]),
                                suite="large-models", layout_kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
                                **_as_queried(resolve_topology(config), res.gpus, res.exposed_comm_s, res.step_s,
-                                             res.message_bytes)))
+                                             res.message_bytes), **query_features(config, model)))
     return out
 
 

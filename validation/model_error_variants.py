@@ -18,6 +18,7 @@ functions for the length of one :func:`loso_coverage` and prints the figures the
     python validation/model_error_variants.py --nested W0 X1 X1J   # the rule chosen per left-out system
     python validation/model_error_variants.py --gather Y0 Y1 Y2 Y3 Y4 Y5 Y6 Z1 Z2 W0   # width's, on the rows gathered now
     python validation/model_error_variants.py --rows PATH --nested Y0 Y1 Y3   # on rows stored by --rows-out PATH
+    python validation/model_error_variants.py --gather R0 R1 R2 R3 R4 R5 R6   # regime's query-time features
 
 width's Y variants (2026-12-07) were registered here with a reason each before any was scored on
 the rows whose large-model residuals are their leave-one-system-out ones.
@@ -31,6 +32,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -352,6 +354,13 @@ class WVariant:
     that band has fewer than :data:`MIN_ROWS` scores)."""
     query_form: bool = False
     """V11's repair: the five layout rows scored on the intervals their queries get."""
+    feature: str = ""
+    """regime's R variants: with ``margin="feature"``, the query-time feature (a row / regime attribute,
+    :data:`dpsim.predict.model_error.FEATURES` or ``coarse``) whose values calibrate apart (all pools'
+    scores of rows with the query's value; the joint margin where fewer than :data:`MIN_ROWS`)."""
+    layout_key: str = ""
+    """regime's R variants: a query-time feature kept in the layout pool's regime keys right after the
+    layout kind."""
 
 
 class _W:
@@ -368,7 +377,8 @@ def _w_select(rows, regime, keys, minimum) -> tuple[list, int]:
     """The regime's rows and the keys kept: dropped from the last until ``minimum`` rows of at
     least the variant's systems remain."""
     target = tuple(getattr(regime, k) for k in keys)
-    values = [tuple(getattr(r, k) for k in keys) for r in rows]
+    # attrgetter (C) reads the keys of a few hundred rows per band; --nested builds tens of thousands
+    values = list(map(attrgetter(*keys), rows)) if len(keys) > 1 else [(getattr(r, keys[0]),) for r in rows]
     for keep in range(len(keys), -1, -1):
         chosen = [r for r, v in zip(rows, values) if v[:keep] == target[:keep]]
         if (len(chosen) >= minimum and len({r.system for r in chosen}) >= _W.variant.systems) or keep == 0:
@@ -423,8 +433,12 @@ def _w_closed_scores(pool_rows, knobs) -> list[tuple[float, int, str, int]]:
         return _W.scores[key]
     out = []
     for others, extent, mine in me._held_out(pool_rows):
+        bands: dict[tuple, tuple] = {}  # one band per regime key of the system's rows, as me._scores
         for r in mine:
-            lo, c, hi, k, _ = _w_band(others, r, knobs)
+            key = tuple(getattr(r, name) for name in knobs.keys)
+            if key not in bands:
+                bands[key] = _w_band(others, r, knobs)
+            lo, c, hi, k, _ = bands[key]
             ways = len(me._extrapolations(others, r, r.pool, extent))
             factor = me.WIDEN_PER_EXTRAPOLATION ** ways
             out.append((max((c - r.log_ratio) / factor - (c - lo), (r.log_ratio - c) / factor - (hi - c)), k, r.id,
@@ -481,13 +495,31 @@ def _w_scores(pool_rows, knobs) -> list[tuple[float, int, int]]:
     return out
 
 
-def _w_margin(rows, pool_rows, knobs, k: int, ways: int = 0, scale: str = "") -> float:
+def _w_margin(rows, pool_rows, knobs, k: int, ways: int = 0, scale: str = "", group=None) -> float:
     """The margin of a band of ``k`` systems in ``pool``, for a query that extrapolates in ``ways``
-    ways on GPUs of scale band ``scale``, by the variant's calibration groups."""
+    ways on GPUs of scale band ``scale`` with the value ``group`` of the variant's feature, by the
+    variant's calibration groups."""
     pool = pool_rows[0].pool
     if _W.override is not None and pool == "layout":
         return _W.override
     inside_bisection = _W.override is not None
+    if _W.variant.margin == "feature" and not inside_bisection:
+        key = (tuple(rows), "feature", group)
+        if key not in _W.joint:
+            scores = []
+            for p in (*me.POOLS, me.COLLECTIVE_POOL):
+                pr = tuple(r for r in rows if r.pool == p)
+                if pr:
+                    value_of = {r.id: getattr(r, _W.variant.feature) for r in pr}
+                    scores += [sc for sc, _, rid, _ in _w_closed_scores(pr, me.KNOBS[p]) if value_of[rid] == group]
+            _W.joint[key] = _rank(np.array(scores), me.COVERAGE) if len(scores) >= me.MIN_ROWS else None
+        if _W.joint[key] is not None:
+            return _W.joint[key]
+        _W.variant = dataclasses.replace(_W.variant, margin="joint")  # too few: the joint margin
+        try:
+            return _w_margin(rows, pool_rows, knobs, k, ways, scale, group)
+        finally:
+            _W.variant = dataclasses.replace(_W.variant, margin="feature")
     if _W.variant.margin == "scale" and not inside_bisection:
         key = (tuple(rows), "scale", scale)
         if key not in _W.joint:
@@ -545,7 +577,7 @@ def _w_pool_samples(rows, regime, pool, knobs, matched, ids, widened) -> np.ndar
     ids += [r.id for r in chosen]
     samples = me._mapped(np.array([r.log_ratio for r in chosen]), lo, c, hi)
     m = _w_margin(rows, pool_rows, knobs, k, len(me._extrapolations(list(pool_rows), regime, pool)),
-                  regime.scale_band)
+                  regime.scale_band, getattr(regime, _W.variant.feature) if _W.variant.feature else None)
     return c + np.sign(samples - c) * np.maximum(np.abs(samples - c) + m, 0.0)
 
 
@@ -603,6 +635,44 @@ Y_VARIANTS.update({
                    band="shortest", margin="scale"),
 })
 W_VARIANTS.update(Y_VARIANTS)
+# --- regime (2026-12-07): query-time features, registered here, each with its reason, and committed
+# before any was scored (issue 25; the width helper found that what sets the median half-width is each
+# left-out system's own bias, so a feature known at query time that separates the steps dpsim prices
+# coarsely from the ones it prices well could give the latter narrow intervals and the former wide
+# ones). Each feature is read from the prediction's own configuration
+# (:func:`dpsim.predict.model_error.query_features`; ``coarse`` is its composite). Scored by
+# `python validation/model_error_variants.py --gather R0 R1 R2 R3 R4 R5 R6` and `--nested R0 ... R6`.
+# Keep rule, written before scoring: of R1-R6, those reading >= 80 % inside, half-width / error <= 2
+# and every pool >= 75 % are eligible, the smallest half-width / error among them wins, and it ships
+# only if `--nested` over R0-R6 also meets both bars; otherwise the shipped rule stays.
+R_VARIANTS = {
+    # the shipped rule (X1J) as the baseline on the rows with their features (must read as Y0)
+    "R0": WVariant(label="X1J as shipped, the baseline", band="shortest", margin="joint"),
+    # parameters gathered per unit or state offloaded, long context, or experts: the steps priced by
+    # the parts dpsim models most coarsely (gathers hidden behind layers and host transfers, context
+    # exchanges and attention at long sequence, all-to-alls and expert load), whose errors' law need not
+    # be the others': calibrate the margin apart for them (Mondrian, by a query-time group)
+    "R1": WVariant(label="X1J, margin apart for coarse steps (sharded/offload, long context, MoE)",
+                   band="shortest", margin="feature", feature="coarse"),
+    # the same split as a regime key after the layout kind: a coarse query's band from coarse rows
+    "R2": WVariant(label="X1J, coarse as the layout pool's second key", band="shortest", margin="joint",
+                   layout_key="coarse"),
+    # both: the band from like rows and the margin from like rows' scores
+    "R3": WVariant(label="R1 and R2 together", band="shortest", margin="feature", feature="coarse",
+                   layout_key="coarse"),
+    # parameter gathers per unit (ZeRO-3, FSDP) or host offload alone: the overlap of gathers with
+    # compute and the host's transfers are the least validated mechanisms of a data-parallel step
+    "R4": WVariant(label="X1J, margin apart for sharded-parameter / offload steps", band="shortest",
+                   margin="feature", feature="sharded_state"),
+    # long context alone: attention's share and context exchanges grow with the sequence, and few
+    # validated kernels ran at 32k tokens or more
+    "R5": WVariant(label="X1J, margin apart for long-context steps (cp > 1 or >= 32k tokens)",
+                   band="shortest", margin="feature", feature="long_context"),
+    # FP8 linears: dpsim prices them at the FP8 rate with cast costs, while TE's scaling and host
+    # overheads are read from source, not measured per op: another precision's errors are not theirs
+    "R6": WVariant(label="X1J, margin apart for FP8 steps", band="shortest", margin="feature", feature="fp8"),
+}
+W_VARIANTS.update(R_VARIANTS)
 W_VARIANTS["W0+"] = dataclasses.replace(W_VARIANTS["W0+"], label="V11 through W's code (must read as V11)")
 W_VARIANTS["X1J"] = dataclasses.replace(W_VARIANTS["X1J"], label="as shipped since interval4 through W's code (X1J)")
 
@@ -610,13 +680,16 @@ W_VARIANTS["X1J"] = dataclasses.replace(W_VARIANTS["X1J"], label="as shipped sin
 @contextlib.contextmanager
 def installed_w(variant: WVariant) -> Iterator[None]:
     """The module with a W variant's interval in place of its own, restored on exit."""
-    saved = me._pool_samples
+    saved, saved_knobs = me._pool_samples, me.KNOBS
     _W.variant, _W.override, _W.scores, _W.joint = variant, None, {}, {}
     try:
         me._pool_samples = _w_pool_samples
+        if variant.layout_key:
+            me.KNOBS = {**saved_knobs, "layout": me.Knobs(keys=("layout_kind", variant.layout_key, *me.REGIME_KEYS),
+                                                          min_rows=me.MIN_ROWS)}
         yield
     finally:
-        me._pool_samples = saved
+        me._pool_samples, me.KNOBS = saved, saved_knobs
 
 
 def main() -> None:

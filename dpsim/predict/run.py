@@ -43,7 +43,7 @@ from dpsim.predict.layout import (
 )
 from dpsim.predict.memo import memoized
 from dpsim.predict.model_error import interval as model_error_interval
-from dpsim.predict.model_error import layout_kind, regime_of
+from dpsim.predict.model_error import layout_kind, query_features, regime_of
 from dpsim.predict.provenance import (
     SensitivityPoint,
     TransportSensitivity,
@@ -470,7 +470,7 @@ def with_model_error(prediction: Prediction, *, model: ModelSpec, gpu, topology:
                        else 0.0,
                        message_bytes=prediction.gradient_bytes / max(1, prediction.n_buckets),
                        kind=layout_kind(model, tp=par.tp, pp=par.pp, cp=par.cp),
-                       sharded=par.strategy in SHARDED_STRATEGIES)
+                       sharded=par.strategy in SHARDED_STRATEGIES, features=query_features(prediction.config, model))
     return replace(prediction, model_error=model_error_interval(prediction.step_time_s, regime))
 
 
