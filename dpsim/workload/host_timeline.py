@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S
 from dpsim.workload.spec import MemoryOp, OpSpec
 
 HOST_SYNC = "host.sync"
@@ -64,8 +65,6 @@ allocation that launches no kernel."""
 
 
 def _host_call_s() -> dict[str, tuple[float, float]]:
-    from dpsim.workload.roofline import HOST_OVERHEAD_PER_OP_S
-
     per_expert = GEMM_LAUNCH_S + GROUPED_GEMM_ALLOCATIONS * HOST_OVERHEAD_PER_OP_S
     return {
         # One TransformerEngine module call (Linear, LayerNormLinear, RMSNorm, DotProductAttention, the

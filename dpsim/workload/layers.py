@@ -9,6 +9,7 @@ from typing import Sequence
 
 from dpsim.errors import ConfigError, WorkloadError
 from dpsim.frozen import frozen_dataclass
+from dpsim.workload.host_timeline import call_marker, sync_marker
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, OpSpec, ParamSpec
 
 ACTIVATION_ELEMENT_BYTES = 2
@@ -1071,8 +1072,6 @@ def with_megatron_moe_host_timeline(model: ModelSpec, *, local_experts: int, bac
     ``index_put_``); ``recomputed_dispatch``: the backward re-runs the dispatch first (``--recompute-modules
     moe``), a wait at the start of the layer's backward. Layers without routed experts get only their
     attention calls (and no wait); every op keeps its cost."""
-    from dpsim.workload.host_timeline import call_marker, sync_marker
-
     if local_experts < 1:
         raise ConfigError(f"local_experts: {local_experts!r} is not a positive integer")
     layers = []
