@@ -123,19 +123,26 @@ def test_internlm_rows_own_and_broadcast_internlms_fused_attention_tensors():
     assert sum(b > 1e6 for b in sizes) == 162
 
 
-def test_internlm_rows_and_only_they_run_flash_attention_1():
-    # InternLM's July 2023 table predates flash-attn 2.0 (its submodule pins v1.0.8-3): flash1.
+def _attention_kernels(rid):
     from dpsim.workload.spec import AttentionOp
 
     rows = {r["id"]: r for r in alm.rows()}
+    return {op.kernel for layer in alm.model_of(rows[rid]).layers for op in layer.ops if isinstance(op, AttentionOp)}
 
-    def kernels(rid):
-        return {op.kernel for layer in alm.model_of(rows[rid]).layers for op in layer.ops if isinstance(op, AttentionOp)}
 
-    for rid in [f"R0{i}" for i in range(75, 90)]:
-        assert kernels(rid) == {"flash1"}, rid
-    for rid in ("R003", "R007", "R053", "R090", "R091", "R100"):
-        assert "flash1" not in kernels(rid), rid
+def test_internlm_and_mlperf_v3_0_rows_and_only_they_run_flash_attention_1():
+    # InternLM's July 2023 table predates flash-attn 2.0 (its submodule pins v1.0.8-3), and MLPerf v3.0's
+    # GPT-3 pins flash_attn 1.0.5 under a TransformerEngine without cuDNN attention: flash1.
+    for rid in [f"R0{i}" for i in range(75, 90)] + ["R193", "R194", "R195", "R200", "R201"]:
+        assert _attention_kernels(rid) == {"flash1"}, rid
+    for rid in ("R003", "R007", "R053", "R090", "R091", "R100", "R169", "R174"):
+        assert "flash1" not in _attention_kernels(rid), rid
+
+
+def test_mlperf_v3_1_gpt3_runs_flash_attention_2_where_other_te_rows_run_cudnn():
+    # v3.1's TransformerEngine tries flash-attn 2.0.8 before cuDNN (alm.FLASH_ATTN_2); later TE rows keep cuDNN.
+    assert "cudnn" not in _attention_kernels("R169") and "flash1" not in _attention_kernels("R169")
+    assert _attention_kernels("R174") == {"cudnn"}
 
 
 def test_dropless_aux_loss_rows_route_with_the_measured_expert_spread():

@@ -467,6 +467,19 @@ xformers' memory-efficient causal attention whose backward is "Dao et al. (2022)
 (arXiv:2302.13971 Sec. 2.4), in early 2023, before flash-attn 2: costed alike."""
 
 
+FLASH_ATTN_2 = "flash-attn 2."
+"""How a row's attention column names FlashAttention 2.x run through TransformerEngine where TE's
+own choice is known to be flash (costed as FlashAttention-2, not cuDNN): NVIDIA's MLPerf Training
+v3.1 GPT-3 (R169) installs ``flash-attn==2.0.8`` (mlcommons/training_results_v3.1@d06288b2bd67
+NVIDIA/benchmarks/gpt3/implementations/pytorch/Dockerfile lines 95-96) and its TransformerEngine
+(09ba84278a0e) tries FlashAttention before cuDNN's FusedAttention
+(``transformer_engine/pytorch/attention.py`` lines 1493-1496, 1747). The v3.0 runs (R193-R195,
+R200, R201) pin ``flash_attn==1.0.5`` (mlcommons/training_results_v3.0@63e326c400f5 same path,
+requirements.txt line 5) under TE release_v0.8, whose DotProductAttention has no cuDNN path
+(``transformer_engine/pytorch/transformer.py`` lines 16, 300-385, 461-465): their column starts
+with :data:`FLASH_ATTN_1`. (gpt3ver, validation/large_model_runs.md.)"""
+
+
 _MODELS: dict[tuple, ModelSpec] = {}
 """The models already built in this process, keyed by the rows' whole contents. A model is frozen
 (nothing in it can change), so one object serves every prediction of its row: the
@@ -506,6 +519,7 @@ def _build_model(row: dict) -> ModelSpec:
     megatron_softmax = row["attention"].startswith(MEGATRON_SOFTMAX)
     fused_kernel = ("triton" if row["attention"].startswith("triton")
                     else "flash1" if row["attention"].startswith(FLASH_ATTN_1)
+                    else None if row["attention"].startswith(FLASH_ATTN_2)
                     else "cudnn" if "cudnn" in row["attention"] or te else None)
     if row["model"] in list_models():
         model = get_model(row["model"], seq_len=seq, flash_attention=True)
