@@ -93,12 +93,12 @@ GEMM_FITS: dict[tuple[str, str], GemmFit] = {
     # launch_s also holds the host round trip its wall-clock timing includes (module docstring).
     ("ampere", "bfloat16"): GemmFit(plateau=1.00, k_overhead=0.0, launch_s=16.0e-6),
     ("hopper", "bfloat16"): GemmFit(plateau=1.00, k_overhead=0.0, launch_s=6.0e-6),
-    ("hopper", "float32"): GemmFit(plateau=0.89, k_overhead=16.0, launch_s=11.0e-6),
-    ("blackwell", "bfloat16"): GemmFit(plateau=0.96, k_overhead=211.0, launch_s=5.5e-6),
-    ("blackwell", "float32"): GemmFit(plateau=1.00, k_overhead=119.0, launch_s=7.5e-6),
+    ("hopper", "float32"): GemmFit(plateau=0.89, k_overhead=14.0, launch_s=11.0e-6),
+    ("blackwell", "bfloat16"): GemmFit(plateau=0.97, k_overhead=211.0, launch_s=5.5e-6),
+    ("blackwell", "float32"): GemmFit(plateau=1.00, k_overhead=103.0, launch_s=7.5e-6),
     ("blackwell", "float8"): GemmFit(plateau=1.00, k_overhead=243.0, launch_s=6.0e-6),
     ("cdna3", "bfloat16"): GemmFit(plateau=0.91, k_overhead=78.0, launch_s=7.0e-6),
-    ("cdna3", "float32"): GemmFit(plateau=0.70, k_overhead=78.0, launch_s=7.0e-6),
+    ("cdna3", "float32"): GemmFit(plateau=0.70, k_overhead=68.0, launch_s=7.5e-6),
 }
 """Constants per (:attr:`dpsim.hardware.GpuSpec.architecture`, rate key), fitted on the sweeps
 of one GPU of that family: Hopper on H100 SXM, Blackwell on B200, CDNA3 on MI300X (OpenXLA's
