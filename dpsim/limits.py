@@ -204,6 +204,11 @@ MIN_FIT_BUS_BANDWIDTH_BYTES_PER_S = 1e3
 """... and its fitted bus bandwidth: at least 1 kB/s ..."""
 MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S = 1e15
 """... and at most 1 PB/s (NVLink 5 is 1.8 TB/s per GPU)."""
+MAX_BOUND_BUS_BANDWIDTH_BYTES_PER_S = 1e13
+"""The most bus bandwidth a latency-bound sweep may imply (``dpsim calibrate``: times that stay flat over the
+sizes measured only bound the bandwidth from below): 10 TB/s, over five times NVLink 5's 1.8 TB/s per GPU
+(NVIDIA GB200 NVL72 specifications, nvidia.com/en-us/data-center/gb200-nvl72); a log flat to gigabytes
+implies more and is refused as broken."""
 
 MIN_PROFILE_RATE = 1e6
 """A calibration profile's measured matmul FLOP/s or memory-copy bytes/s: at least a million

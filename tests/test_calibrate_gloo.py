@@ -89,12 +89,12 @@ def test_cli_calibrate_end_to_end_into_predict(capsys, tmp_path, tiny_models_on_
     out = tmp_path / "profiles" / "ci.json"
     out.parent.mkdir()  # a missing directory is refused, as for every output
     ref = "calibrate_models:tiny_blocks:tiny_tokens:next_token"
-    t0 = time.monotonic()
     rc, text, err = run_cli(capsys, "calibrate", "--backend", "gloo", "--nproc", "2", "-b", "16K", "-e", "1M", "-f", "4",
                             "--warmup", "1", "--iters", "5", "--max-iters", "8", "--model", ref,
                             "--micro-batch", "4", "--out", str(out))
     assert rc == 0, err
-    assert time.monotonic() - t0 < 90
+    # its length is bounded by --max-iters (checked below on every op), not by a wall clock: a shared 2-core CI
+    # box took 107 s for what takes 40 s quiet
     # nccl-tests table with measured and fitted columns, one per op
     for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "sendrecv"):
         assert f"# intra_node {op}: " in text

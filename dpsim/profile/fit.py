@@ -254,6 +254,36 @@ def _build(x: np.ndarray, y: np.ndarray, runs: list[tuple[int, int]], wt: np.nda
                         time_span=float(y.max() / y.min()))
 
 
+def fit_given_slope(sizes_bytes, times_s, seconds_per_byte: float, *, rel_sigma=None) -> AlphaBetaFit:
+    """One line over a sweep with its per-byte cost given: the latency is the (weighted) relative least
+    squares with that slope, kept >= 0 (:func:`dpsim.profile.schema.make_op_calibration` takes it for a
+    latency-bound sweep, whose times bound the per-byte cost but cannot measure it).
+
+    Examples
+    --------
+    >>> f = fit_given_slope([1e3, 1e4], [2e-5, 2e-5], 1e-10)
+    >>> round(f.segments[0].latency_s * 1e6, 3), f.segments[0].seconds_per_byte
+    (19.45, 1e-10)
+    """
+    x = np.asarray(sizes_bytes, dtype=float)
+    y = np.asarray(times_s, dtype=float)
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    wt = np.ones_like(y) if rel_sigma is None else \
+        (1.0 / np.maximum(np.asarray(rel_sigma, dtype=float), SIGMA_FLOOR) ** 2)[order]
+    w = 1.0 / y
+    # minimise sum wt ((a + b x - y) / y)^2 over a: a = sum wt w (1 - b x w) / sum wt w^2
+    a = max(0.0, float(np.dot(wt * w, 1.0 - seconds_per_byte * x * w) / np.dot(wt * w, w)))
+    fitted = a + seconds_per_byte * x
+    segment = Segment(
+        first_size_bytes=float(x[0]), last_size_bytes=float(x[-1]), latency_s=a, seconds_per_byte=seconds_per_byte,
+        n_points=len(x), r2=log_r2(y, fitted), worst_rel_residual=float(np.max(np.abs(fitted - y) / y)),
+        rms_rel_residual=float(np.sqrt(np.mean(((fitted - y) / y) ** 2))),
+    )
+    return AlphaBetaFit(segments=(segment,), r2=segment.r2, worst_rel_residual=segment.worst_rel_residual,
+                        time_span=float(y.max() / y.min()))
+
+
 def fit_alpha_beta(
     sizes_bytes, times_s, *, tolerance: float | None = None,
     max_segments: int = DEFAULT_MAX_SEGMENTS, min_points: int | None = None,

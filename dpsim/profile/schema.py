@@ -66,8 +66,8 @@ from typing import Any
 from dpsim.collectives.ops import OPS, bus_factor
 from dpsim.errors import ProfileError
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S
-from dpsim.profile.fit import AlphaBetaFit, Segment, fit_alpha_beta
+from dpsim.limits import MAX_BOUND_BUS_BANDWIDTH_BYTES_PER_S, MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S
+from dpsim.profile.fit import AlphaBetaFit, Segment, fit_alpha_beta, fit_given_slope
 from dpsim.stats import fixed
 
 SCHEMA = "dpsim.calibration/1"
@@ -431,6 +431,29 @@ LINE_FALLBACK_MIN_R2 = 0.9
 before it stands in for that fit (:func:`make_op_calibration`): a judgement, not a measurement; a flat or falling
 top (R^2 below zero in the nccl-tests case the fuzz round found) is far below it."""
 
+LATENCY_BOUND_MAX_SPAN = 2.0
+"""A sweep whose slowest time is under this many times its fastest never let the transfer outgrow the fixed cost:
+its times bound the bandwidth from below but cannot measure it (:func:`latency_bound_bus_bandwidth`). A
+judgement, not a measurement: any log that grows to dominate its latency spans more."""
+
+
+def latency_bound_bus_bandwidth(op: str, n_ranks: int, measurements) -> float | None:
+    """The bus bandwidth a latency-bound sweep's times imply at least, or ``None`` when the sweep is not one.
+
+    Flat times say only that moving the sweep's extra bytes took no longer than its times spread
+    (slowest minus fastest median): a per-byte cost above ``spread / (largest - smallest size)`` would have
+    shown. Costing at that bound is the slowest reading the times allow, so a bucket larger than the sweep is
+    not predicted free. ``inf`` when every time is equal (no bound at all).
+    """
+    sizes = [m.size_bytes for m in measurements]
+    times = [m.time_s for m in measurements]
+    if len(set(sizes)) < 2 or min(times) <= 0 or max(times) / min(times) >= LATENCY_BOUND_MAX_SPAN:
+        return None
+    spread_s = max(times) - min(times)
+    if spread_s <= 0:
+        return math.inf
+    return op_bus_factor(op, n_ranks) * (max(sizes) - min(sizes)) / spread_s
+
 
 def make_op_calibration(op: str, link_class: str, n_ranks: int, measurements: list[Measurement],
                         sources: tuple[str, ...] = (), what: str | None = None) -> OpCalibration:
@@ -450,14 +473,24 @@ def make_op_calibration(op: str, link_class: str, n_ranks: int, measurements: li
         # or fell over its largest sizes made a profile predicting a 2 GiB all-reduce on 8 A100s in 18.75 us. Timing
         # noise on a busy machine can flatten the last piece of a measurement that grows overall: then the one line
         # over every size serves where it explains the sweep (R^2 >= LINE_FALLBACK_MIN_R2; its slope is the sweep's
-        # bandwidth); a log that falls or stays flat at its top, which no line explains, is refused.
-        if no_bandwidth(line) or not line.r2 >= LINE_FALLBACK_MIN_R2:
-            last = fit.segments[-1]
-            raise ProfileError(f"{what}: {op}'s time does not grow with size from {last.first_size_bytes:,.0f} to "
-                               f"{last.last_size_bytes:,.0f} B, its largest sizes, nor over all its sizes, so the fit "
-                               f"has no bandwidth (at most {MAX_FIT_BUS_BANDWIDTH_BYTES_PER_S:g} B/s) and larger "
-                               f"messages would cost no more; check the times (or measure larger sizes)")
-        fit = line
+        # bandwidth). A sweep of small messages that never outgrew its latency (gloo's 16-64 KiB on a busy CI box)
+        # gives only a lower bound on the bandwidth: it is costed at that bound, and fit_warnings says so. A log
+        # that grows and then stays flat or falls, or whose bound is beyond any interconnect, is refused.
+        if not no_bandwidth(line) and line.r2 >= LINE_FALLBACK_MIN_R2:
+            fit = line
+        else:
+            bound = latency_bound_bus_bandwidth(op, n_ranks, measurements)
+            if bound is None or bound > MAX_BOUND_BUS_BANDWIDTH_BYTES_PER_S:
+                last = fit.segments[-1]
+                why = ("" if bound is None else "; every size took the same time" if math.isinf(bound) else
+                       f"; its times stay within {LATENCY_BOUND_MAX_SPAN:g}x of each other, which would mean at least "
+                       f"{bound:.3g} B/s of bus bandwidth (more than any interconnect, "
+                       f"{MAX_BOUND_BUS_BANDWIDTH_BYTES_PER_S:g} B/s)")
+                raise ProfileError(f"{what}: {op}'s time does not grow with size from {last.first_size_bytes:,.0f} "
+                                   f"to {last.last_size_bytes:,.0f} B, its largest sizes, nor over all its sizes, so "
+                                   f"the fit has no bandwidth and larger messages would cost no more{why}; check "
+                                   f"the times (or measure larger sizes)")
+            fit = fit_given_slope(sizes, times, op_bus_factor(op, n_ranks) / bound, rel_sigma=sigma)
     return OpCalibration(op=op, link_class=link_class, n_ranks=n_ranks, fit=fit,
                          measurements=tuple(sorted(measurements, key=lambda m: m.size_bytes)),
                          single_line_r2=line.r2, single_line_worst_rel_residual=line.worst_rel_residual,
@@ -489,6 +522,13 @@ def fit_warnings(ops: dict[tuple[str, str], OpCalibration]) -> list[str]:
     """A warning for every poor fit, naming where it misses most."""
     out = []
     for (lc, op), c in sorted(ops.items(), key=_op_order):
+        bound = latency_bound_bus_bandwidth(op, c.n_ranks, c.measurements) if c.measurements else None
+        if bound is not None and math.isclose(c.bus_bandwidth_bytes_per_s(c.fit.segments[-1]), bound, rel_tol=1e-6):
+            sizes = [m.size_bytes for m in c.measurements]
+            out.append(f"{lc} {op}: its times stay within {LATENCY_BOUND_MAX_SPAN:g}x of each other from "
+                       f"{_human_bytes(min(sizes))} to {_human_bytes(max(sizes))}, so the sweep shows its latency but "
+                       f"not its bandwidth: larger messages are costed at the least bandwidth those times allow "
+                       f"({_human_bytes(bound)}/s bus); measure larger sizes for a real figure")
         if not c.fit.poor:
             continue
         worst = max(c.measurements, key=lambda m: abs(c.fit.time_s(m.size_bytes) - m.time_s) / m.time_s,
