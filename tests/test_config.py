@@ -249,7 +249,7 @@ def test_to_dict_is_the_plain_settings():
                            attention_kernel="cudnn", activations="megatron", loss_impl="eager", fp8_params=True)
     cp_fields = ("cp", "cp_comm", "cp_balance", "offload")
     expert_options = ("ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a", "moe_a2a_overlap",
-                      "moe_node_limit", "mtp_depth")
+                      "moe_node_limit", "mtp_depth", "moe_pad_to_capacity")
     zero_options = ("zero_impl", "zero_group")
     cluster_options = ("power_cap_w", "rack_placement")  # named only when given, like the options above
     assert config.to_dict() == {k: v for k, v in config.settings().items()

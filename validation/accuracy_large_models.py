@@ -928,8 +928,10 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             assumed.append(note)
         if row["moe_routing"].startswith("capacity factor"):
             kw["moe_capacity_factor"] = float(row["moe_routing"].split()[2].rstrip(","))
-            assumed.append("padding every expert's input to its capacity not modelled (balanced routing, "
-                           "overflow dropped)")
+            # Megatron-Core's --moe-pad-expert-input-to-capacity, where the row says the run padded.
+            kw["moe_pad_to_capacity"] = "padded to capacity" in row["moe_routing"]
+            if "per device" in row["moe_routing"]:
+                assumed.append("a capacity per device (device-level token dropping) costed as one per expert")
     else:
         kw.update(grad_accum=grad_accum, recompute=recompute)
     if compute_efficiency is not None:

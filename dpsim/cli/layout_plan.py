@@ -20,7 +20,7 @@ PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_le
                "optimizer", "bucket_cap_mb", "overlap", "overlap_slowdown", "compute_efficiency", "global_batch",
                "tp_comm_overlap", "tp_across_network", "grad_accum_fusion", "algo", "proto", "cp_comm", "moe_routing",
                "calibration", "moe_a2a_overlap", "cp_balance", "moe_a2a", "moe_capacity_factor", "moe_node_limit",
-               "rack_placement")
+               "rack_placement", "moe_pad_to_capacity")
 """``PredictConfig`` fields that describe the job the layouts are searched for (the layout fields
 themselves are what ``plan`` searches)."""
 

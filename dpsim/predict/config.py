@@ -403,6 +403,11 @@ class ParallelismConfig:
     moe_capacity_factor: float | None = field(default=None, metadata=_range(0, 1e6, open_below=True))
     """Expert capacity (GShard, Switch Transformer): an expert takes at most this x its balanced share
     of the routed tokens, dropping the rest; left out: dropless."""
+    moe_pad_to_capacity: bool = False
+    """Pad every expert's input to its capacity (Megatron-Core's ``--moe-pad-expert-input-to-capacity``, the
+    fixed-shape dispatch of GShard and DeepSpeed-MoE): each expert computes and receives its capacity in rows
+    whatever the router sent, so a capacity factor above 1 costs its padding and no rank waits on a busier
+    one; needs --moe-capacity-factor."""
 
     moe_a2a: MoeA2a = "flat"
     """The MoE dispatch and combine all-to-all: flat (Megatron-Core's alltoall dispatcher: NCCL
@@ -649,7 +654,7 @@ SETTINGS: tuple[str, ...] = (
     "clip_grad_norm", "zero_grad", "input_samples_per_s", "fsdp_version", "fsdp_accumulate", "recompute_every",
     "op_rates", "fp8", "compile", "moe_routing", "moe_capacity_factor", "moe_a2a", "zero_impl", "zero_group",
     "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit", "activations", "power_cap_w",
-    "loss_impl", "rack_placement", "fp8_params")
+    "loss_impl", "rack_placement", "fp8_params", "moe_pad_to_capacity")
 """Every setting by its flat name, in the order ``--json``'s ``config``, a sweep's columns and the
 flags are listed in (the order they were added in, kept so that outputs do not move)."""
 
@@ -1347,7 +1352,7 @@ assert set(SETTINGS) == set(SETTING_PLACES), "SETTINGS lists every setting of th
 SHOWN_WHEN_SET = ("fp8", "compile", "clip_grad_norm", "zero_grad", "fsdp_version", "fsdp_accumulate", "recompute_every", "op_rates",
                   "cp", "cp_comm", "cp_balance", "offload", "ep", "etp", "moe_routing", "moe_capacity_factor", "moe_a2a",
                   "zero_impl", "zero_group", "moe_a2a_overlap", "attention_kernel", "mtp_depth", "moe_node_limit",
-                  "activations", "power_cap_w", "loss_impl", "rack_placement", "fp8_params")
+                  "activations", "power_cap_w", "loss_impl", "rack_placement", "fp8_params", "moe_pad_to_capacity")
 """Fields that ``to_dict`` (``--json``'s ``config``, a sweep's columns) names only when they differ
 from their default: options of the training script that most configurations leave alone."""
 

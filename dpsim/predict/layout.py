@@ -192,8 +192,10 @@ def check_no_expert_options(name: str, parallelism: Any) -> None:
     routing = getattr(parallelism, "moe_routing", "balanced")
     capacity = getattr(parallelism, "moe_capacity_factor", None)
     a2a = getattr(parallelism, "moe_a2a", "flat")
+    pad = getattr(parallelism, "moe_pad_to_capacity", False)
     for flag, value, given in (("--moe-routing", routing, str(routing).strip().lower() != "balanced"),
                                ("--moe-capacity-factor", capacity, capacity is not None),
+                               ("--moe-pad-to-capacity", pad, pad is not False),
                                ("--moe-a2a", a2a, a2a != "flat")):
         if given:
             raise ConfigError(f"{flag}: {value!r} applies to a mixture of experts' router and all-to-alls, but "
@@ -250,6 +252,11 @@ def check_experts(model: ModelSpec, parallelism: ParallelismConfig) -> None:
                               f"the only value it takes); leave it out or give a model with experts= (e.g. --model "
                               f"mixtral-8x7b)")
         return
+    # The planner's per-shape ask has neither (the job's own config is checked once).
+    if getattr(parallelism, "moe_pad_to_capacity", False) and getattr(parallelism, "moe_capacity_factor", None) is None:
+        raise ConfigError("--moe-pad-to-capacity: pads every expert's input to its capacity, and no "
+                          "--moe-capacity-factor is given (dropless experts have no capacity); give "
+                          "--moe-capacity-factor (e.g. 1.25) or leave it out")
     check_all_to_all_options(model, parallelism)
     if moe.experts % parallelism.ep:
         raise ConfigError(f"--ep: {parallelism.ep} does not divide the {moe.experts} experts of {model.name}; choose an "
@@ -288,14 +295,16 @@ def expert_load(config: PredictConfig, model: ModelSpec) -> RankLoad | None:
         return None
     tokens = config.workload.micro_batch * (model.tokens_per_sample or 0) // (par.tp * par.cp)
     return rank_load(parse_routing(par.moe_routing), experts=moe.experts, ep=par.ep, tokens_per_rank=tokens,
-                     top_k=moe.top_k, capacity_factor=par.moe_capacity_factor, steps=ROUTING_STEPS)
+                     top_k=moe.top_k, capacity_factor=par.moe_capacity_factor, steps=ROUTING_STEPS,
+                     pad_to_capacity=par.moe_pad_to_capacity)
 
 
 def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> ExpertSplit:
     """How one rank holds and runs the routed experts: its share of them and, for ``model``, the
-    busiest rank's rows over the balanced mean (the routing's factor, less what capacity drops)."""
+    busiest rank's rows over the balanced mean (the routing's factor, less what capacity drops, or the
+    capacity when padded to it)."""
     load = expert_load(config, model) if model is not None else None
-    factor = load.mean_busiest_factor * (1.0 - load.dropped_fraction) if load is not None else 1.0
+    factor = load.mean_busiest_factor * load.row_scale if load is not None else 1.0
     # The memory reads the same factor: the busiest rank keeps the activations of the copies it gets. Under a
     # uniform router its excess is the sampling of each micro-batch's pairs (about 1.6 % on mixtral-8x7b, ep 8,
     # 4,096 tokens a rank), which the step pays and the memory keeps at the balanced mean, as every memory
@@ -303,7 +312,9 @@ def expert_split(config: PredictConfig, model: ModelSpec | None = None) -> Exper
     # balanced share, so a rank at most capacity x its balanced mean: the factor (a mean over steps of each
     # step's ratio, times the mean kept fraction) can pass that by a few parts in a million, held to it here.
     uniform = load is not None and parse_routing(config.parallelism.moe_routing).uniform
-    kept = min(1.0, factor) if uniform else factor
+    # Padded to capacity, every rank keeps the capacity's rows, whatever the router.
+    padded = load is not None and load.padded_rows_factor is not None
+    kept = min(1.0, factor) if uniform and not padded else factor
     capacity = config.parallelism.moe_capacity_factor
     return ExpertSplit(ep=config.parallelism.ep, etp=config.parallelism.etp_for(_has_experts(model)), load=factor,
                        activation_load=kept if capacity is None or load is None else min(kept, capacity))
@@ -342,7 +353,7 @@ def context_comm_s(collectives: GroupCollectives, cost, op: str, size: float) ->
 def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: str, moe=None,
                  node_limit: int | None = None, class_factors: dict[str, float] | None = None) -> float:
     """One dispatch (or combine) all-to-all on the ``ep`` communicator ``comm``: the routed
-    copies less what capacity drops, the busiest rank's links pacing the exchange.
+    copies less what capacity drops (or the capacity's rows when padded to it), the busiest rank's links pacing the exchange.
 
     ``hierarchical`` is DeepEP's normal kernels (Megatron-Core's ``flex`` dispatcher): a token
     goes once to each *rank* holding some of its experts and is expanded to those experts there
@@ -357,7 +368,7 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
     servers (:func:`~dpsim.collectives.all_to_all.routed_spread`): fewer distinct servers, so fewer
     bytes over the NICs, and the ranks it reaches among theirs. ``class_factors``: degraded links
     (:func:`degraded_classes`), the slowest of each class pacing the exchange."""
-    dropped = load.dropped_fraction if load is not None else 0.0
+    row_scale = load.row_scale if load is not None else 1.0
     size, node_dedup = bytes_per_rank, 1.0
     if moe is not None and algorithm == "hierarchical":
         ranks, nodes = comm.topology.n_gpus, comm.topology.n_nodes
@@ -366,7 +377,7 @@ def expert_a2a_s(comm, bytes_per_rank: float, load: RankLoad | None, algorithm: 
         if nodes > 1:
             # Of the distinct ranks a token reaches, one message per distinct server crosses the NICs.
             node_dedup = min(1.0, distinct_nodes / distinct_ranks)
-    return uniform_all_to_all_cost(comm, size * (1.0 - dropped),
+    return uniform_all_to_all_cost(comm, size * row_scale,
                                    load_factor=max(1.0, load.mean_busiest_factor if load else 1.0),
                                    algorithm=algorithm, node_dedup=node_dedup, class_factors=class_factors).time_s
 
@@ -379,12 +390,12 @@ def expert_tp_s(cost, bytes_per_rank: float, load: RankLoad | None, etp: int) ->
     the expert GEMMs (each of its ranks holds ``1 / etp`` of every local expert's width) and
     reduce-scatters the experts' partial outputs back before the combine all-to-all; backward runs
     the transposes (reduce-scatter, all-gather). Each moves ``etp`` ranks' routed copies, the
-    busiest rank's load less what capacity drops, and blocks the stream as the all-to-alls do."""
+    busiest rank's load less what capacity drops (or padded to it), and blocks the stream as the all-to-alls do."""
     if etp <= 1:
         return 0.0
-    dropped = load.dropped_fraction if load is not None else 0.0
+    row_scale = load.row_scale if load is not None else 1.0
     busiest = max(1.0, load.mean_busiest_factor if load else 1.0)
-    size = etp * bytes_per_rank * (1.0 - dropped) * busiest
+    size = etp * bytes_per_rank * row_scale * busiest
     return cost("etp", "all_gather", size) + cost("etp", "reduce_scatter", size)
 
 

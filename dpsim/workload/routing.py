@@ -96,6 +96,7 @@ ROUTING_KINDS: dict[str, str] = {
 """The routing kinds ``--moe-routing`` takes, and what each means."""
 
 _FLAG = "--moe-routing"
+_PAD_FLAG = "--moe-pad-to-capacity"
 
 
 @frozen_dataclass
@@ -133,6 +134,17 @@ class RankLoad:
     """That factor in each sampled step (for the variability engine)."""
     dropped_fraction: float
     """Fraction of (token, expert) pairs dropped by the capacity factor (0 when dropless)."""
+    padded_rows_factor: float | None = None
+    """With every expert's input padded to its capacity (Megatron-Core's
+    ``--moe-pad-expert-input-to-capacity``): each expert's rows are its capacity whatever the router sent, so
+    every rank computes and exchanges ``capacity x experts`` rows, this many times the routed pairs of a
+    balanced rank (about the capacity factor: above 1 pads, the dropped pairs included); ``None``: unpadded."""
+
+    @property
+    def row_scale(self) -> float:
+        """A rank's expert rows (GEMM rows, all-to-all rows) per routed (token, expert) pair before capacity:
+        the kept fraction, or the padded capacity's rows when padded."""
+        return self.padded_rows_factor if self.padded_rows_factor is not None else 1.0 - self.dropped_fraction
 
 
 def _routing_error(text: str, why: str) -> ConfigError:
@@ -358,12 +370,15 @@ def _check_moe(experts: int, ep: int, top_k: int, tokens_per_rank: int, capacity
 
 
 def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, top_k: int,
-              capacity_factor: float | None = None, steps: int = 64, seed: int = 0) -> RankLoad:
+              capacity_factor: float | None = None, steps: int = 64, seed: int = 0,
+              pad_to_capacity: bool = False) -> RankLoad:
     """How the busiest of ``ep`` ranks is loaded when each of them routes ``tokens_per_rank``
-    tokens to ``top_k`` of ``experts`` experts per step (``steps`` steps sampled with ``seed``).
+    tokens to ``top_k`` of ``experts`` experts per step (``steps`` steps sampled with ``seed``);
+    ``pad_to_capacity`` (with a ``capacity_factor``) fills every expert's input to its capacity
+    (:attr:`RankLoad.padded_rows_factor`): every rank then carries the same rows.
     Kept per argument values (the sampling is seeded, so a repeat is the same figure): a plan asks
     for each expert split's load several times, and its verification once per simulated layout."""
-    key = (routing, experts, ep, tokens_per_rank, top_k, capacity_factor, steps, seed)
+    key = (routing, experts, ep, tokens_per_rank, top_k, capacity_factor, steps, seed, pad_to_capacity)
     try:
         hash(key)
     except TypeError:  # a malformed argument: refused below as before, not by the memo
@@ -372,10 +387,13 @@ def rank_load(routing: Routing, *, experts: int, ep: int, tokens_per_rank: int, 
 
 
 def _rank_load(routing: Routing, experts: int, ep: int, tokens_per_rank: int, top_k: int,
-               capacity_factor: float | None, steps: int, seed: int) -> RankLoad:
+               capacity_factor: float | None, steps: int, seed: int, pad_to_capacity: bool = False) -> RankLoad:
     shares = expert_shares(routing, experts, _check_int("top_k", top_k, 1))
     _check_moe(experts, ep, top_k, tokens_per_rank, capacity_factor, shares)
     steps = _check_int("steps", steps, 1)
+    if pad_to_capacity is not False and (pad_to_capacity is not True or capacity_factor is None):
+        raise ConfigError(f"{_PAD_FLAG}: {pad_to_capacity!r} needs a capacity to pad to; give --moe-capacity-factor "
+                          f"(dropless experts have none), or leave it out")
     pairs = tokens_per_rank * ep * top_k
     if pairs == 0:
         return RankLoad(mean_busiest_factor=1.0, step_factors=(1.0,) * steps, dropped_fraction=0.0)
@@ -393,6 +411,14 @@ def _rank_load(routing: Routing, experts: int, ep: int, tokens_per_rank: int, to
         kept = np.minimum(counts, cap)
         dropped = float((counts - kept).sum() / (pairs * steps))
         counts = kept
+    if pad_to_capacity:
+        # Megatron-Core's drop-and-pad (megatron/core/transformer/moe/moe_utils.py: get_capacity, and the
+        # alltoall dispatcher's num_out_tokens = capacity x experts): each expert gets exactly its capacity of
+        # rows, the dropped pairs gone and the short experts filled, so no rank is busier than another and
+        # every one computes and sends capacity x experts / ep rows (the capacity here is the group's, as the
+        # drops above; Megatron rounds each rank's share up: a row or so per expert).
+        return RankLoad(mean_busiest_factor=1.0, step_factors=(1.0,) * steps, dropped_fraction=dropped,
+                        padded_rows_factor=cap * experts / pairs)
     per_rank = counts.reshape(steps, ep, experts // ep).sum(axis=2)
     mean = per_rank.mean(axis=1)
     factors = np.where(mean > 0, per_rank.max(axis=1) / np.where(mean > 0, mean, 1.0), 1.0)

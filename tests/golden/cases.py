@@ -241,6 +241,13 @@ def moe_cases() -> dict[str, list[str]]:
                                      "--micro-batch", "1", "--tp", "1", "--ep", "8", "--pp", "4",
                                      "--schedule", "1f1b-interleaved", "--virtual-stages", "8", "--global-batch", "256",
                                      "--strategy", "zero1", "--precision", "bf16-params", "--recompute", "full"],
+        # GShard-style fixed-shape experts: Megatron-Core's --moe-expert-capacity-factor 1.25
+        # --moe-pad-expert-input-to-capacity (every expert computes its capacity in rows).
+        "mixtral-8x7b-tp1-ep8-pp4-capacity-padded": [
+            "--gpus", "64", "--link", "infiniband", "--gpu", "h100", "--model", "mixtral-8x7b", "--micro-batch", "1",
+            "--tp", "1", "--ep", "8", "--pp", "4", "--schedule", "1f1b-interleaved", "--virtual-stages", "8",
+            "--global-batch", "256", "--strategy", "zero1", "--precision", "bf16-params", "--recompute", "full",
+            "--moe-capacity-factor", "1.25", "--moe-pad-to-capacity"],
         "qwen3-235b-tp2-ep8-pp8": ["--gpus", "256", "--link", "infiniband", "--gpu", "h100", "--model",
                                    "qwen3-235b-a22b", "--micro-batch", "1", "--tp", "2", "--sequence-parallel",
                                    "--ep", "8", "--pp", "8", "--schedule", "1f1b-interleaved", "--virtual-stages", "4",
