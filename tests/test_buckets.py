@@ -200,9 +200,9 @@ def test_random_plans_conserve_params_and_bytes(seed):
 def test_thousands_of_params_bucket_in_milliseconds():
     # llama-2-70b has ~720 parameter tensors; 20k here.
     params = [_p(f"p{i}", 8192 * (1 + i % 5), "bfloat16") for i in range(20_000)]
-    start = time.perf_counter()
+    start = time.process_time()  # the assignment's own work, not other processes' turns on a shared core
     plan = assign_buckets(params)
-    elapsed_s = time.perf_counter() - start
+    elapsed_s = time.process_time() - start
     _check_invariants(plan, params)
     # A guard against a quadratic assignment (20k^2 steps take minutes), not a speed target: those are
     # benchmarked, not unit-tested, on these shared machines (it read 0.57 s against a 0.5 s bar under load).

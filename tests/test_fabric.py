@@ -249,12 +249,14 @@ def test_routing_and_sharing_131072_ring_flows_on_a_3_tier_fat_tree_is_fast():
     spec = variant("infiniband", fabric__nodes_per_leaf=16, fabric__oversubscription=2.0,
                    fabric__tiers=(TierSpec(group_size=8, oversubscription=4.0),))
     topo = Topology(spec=spec, n_gpus=16384)
-    start = time.perf_counter()
+    # This process's CPU time: the bar is on the routing's work, and the wall clock on a loaded 2-core box
+    # also counts other processes' turns on the core (2.16 and 2.20 s against the 2 s bar, two CPU burners).
+    start = time.process_time()
     net = TierNetwork(topo)
     src = np.concatenate([(np.arange(2048)[:, None] * 8 + (np.arange(8) + c) % 8).ravel() for c in range(8)])
     dst = np.concatenate([np.roll(s, -1) for s in np.split(src, 8)])
     loads = net.loads(src, dst)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(src) == 131072 and elapsed < 2.0
     # These rings cross rails between servers: 16 servers' flows share each 2:1 leaf uplink.
     assert loads.rates_bytes_per_s.min() == pytest.approx(16 * 48.5e9 / 2 / 16)

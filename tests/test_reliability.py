@@ -420,13 +420,13 @@ def test_the_optimal_interval_of_an_absurd_mtbf_is_found_quickly():
 
     from dpsim.plan.reliability import continuous_optimum_s, model_optimum_s
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's work, not the other processes' turns on a shared core
     for i in range(30):
         work = 3e6 + i
         best = model_optimum_s(work, 1.0, 600.0, 1.0 + i * 1e-3)
         tau_c = continuous_optimum_s(1.0, 1.0 + i * 1e-3)
         assert abs(best / tau_c - 1) < 1e-3
-    assert time.perf_counter() - t0 < 3.0
+    assert time.process_time() - t0 < 3.0
 
 
 def test_plan_writes_an_aeons_long_time_to_train_in_powers_of_ten():

@@ -431,11 +431,13 @@ def test_representative_uplinks_match_full_cluster():
 @pytest.mark.parametrize("name", PRESETS)
 def test_representative_graph_is_small_at_65536_gpus(name):
     spec = load_preset(name)
-    start = time.perf_counter()
+    # This process's CPU time: the bar is on building the graph, which the wall clock of a loaded 2-core
+    # box overstates by every other process's turn on the core.
+    start = time.process_time()
     topo = Topology.from_spec(spec, 65536)
     g = topo.representative_graph
     topo.check_connected()
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert topo.n_gpus == 65536 and topo.n_nodes == 65536 // spec.node.gpus_per_node
     assert g.number_of_nodes() < 200
     assert elapsed < 1.0
