@@ -483,3 +483,19 @@ def test_host_timeline_is_off_by_default_and_marks_only_megatron_moe_rows_withou
     # Built afresh: model_of caches by row, and the default (off) model must stay in that cache.
     names = [op.name for layer in alm._build_model(rows["R061"]).layers for op in layer.ops]
     assert names.count("host.sync") == 94 and names.count("host.sync.backward") == 94
+
+
+def test_within_system_slope_fits_inside_systems_only():
+    # System A: error rises 2 points per unit of x; system B sits 30 points higher at larger x but is
+    # flat inside; system C has one x and says nothing. Pooled, the slope would be B's offset.
+    errors = {"a1": 0.00, "a2": 0.02, "a3": 0.04, "b1": 0.30, "b2": 0.30, "b3": 0.30, "c1": 0.9, "c2": -0.9}
+    system = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B", "b3": "B", "c1": "C", "c2": "C"}
+    x = {"a1": 0.0, "a2": 1.0, "a3": 2.0, "b1": 10.0, "b2": 11.0, "b3": 12.0, "c1": 5.0, "c2": 5.0}
+    slope, se, rows, systems = alm.within_system_slope(errors, system, x)
+    assert slope == pytest.approx(0.01)  # (2 + 0) / 2 points per unit: A's and B's slopes, equally spread
+    assert (rows, systems) == (6, 2)
+    assert se > 0
+    exact = {"a1": 0.0, "a2": 0.02, "a3": 0.04, "b1": 0.30, "b2": 0.32, "b3": 0.34}
+    slope, se, _, _ = alm.within_system_slope(exact, system, x)
+    assert (slope, se) == (pytest.approx(0.02), pytest.approx(0.0, abs=1e-12))
+    assert alm.within_system_slope({"c1": 0.1, "c2": 0.2}, system, x) is None

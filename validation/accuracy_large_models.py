@@ -1569,15 +1569,75 @@ def within_system(errors: dict[str, float], system: dict[str, str], level: dict[
     return {k: (statistics.fmean(e for e, _ in v), len(v), len({n for _, n in v})) for k, v in out.items()}
 
 
+def within_system_slope(errors: dict[str, float], system: dict[str, str], x: dict[str, float]
+                        ) -> tuple[float, float, int, int] | None:
+    """The least-squares slope of the signed error on ``x`` with one intercept per system (a fixed
+    effect each), i.e. the slope inside systems: a system whose rows share one ``x`` adds nothing.
+    Returns ``(slope, standard error, rows, systems)`` over the systems whose rows take more than one
+    ``x``, or None where fewer than two such rows remain beyond the systems' own means.
+
+    :func:`within_system`'s levels for a continuous quantity: a pooled slope would mix the systems
+    the values come from (long-sequence rows are mostly single-node A100 rows, short ones multi-node)."""
+    by_system: dict[str, list[str]] = {}
+    for i in errors:
+        by_system.setdefault(system[i], []).append(i)
+    centred: list[tuple[float, float]] = []
+    systems = 0
+    for ids in by_system.values():
+        if len({x[i] for i in ids}) < 2:
+            continue
+        systems += 1
+        mx = statistics.fmean(x[i] for i in ids)
+        my = statistics.fmean(errors[i] for i in ids)
+        centred += [(x[i] - mx, errors[i] - my) for i in ids]
+    dof = len(centred) - systems - 1
+    if dof < 1:
+        return None
+    sxx = sum(a * a for a, _ in centred)
+    sxy = sum(a * b for a, b in centred)
+    slope = sxy / sxx
+    rss = sum((b - slope * a) ** 2 for a, b in centred)
+    return slope, math.sqrt(rss / dof / sxx), len(centred), systems
+
+
+def tokens_per_rank(row: dict, job: Job) -> float:
+    """Tokens one rank's micro-batch runs through its GEMMs: micro-batch x sequence over the
+    context-parallel split (the M of its linear layers)."""
+    return job.config.workload.micro_batch * job.model.tokens_per_sample / job.config.parallelism.cp
+
+
+def _tokens_bucket(tokens: float) -> str:
+    for edge, name in ((2048, "<=2k"), (4096, "<=4k"), (8192, "<=8k"), (16384, "<=16k"), (32768, "<=32k")):
+        if tokens <= edge:
+            return name
+    return ">32k"
+
+
+def attention_kernels(model: ModelSpec) -> str:
+    """The attention kernels a model's layers run (``eager`` for unfused attention), as one label."""
+    from dpsim.workload.spec import AttentionOp
+
+    kinds = {op.kernel if op.fused else "eager" for layer in model.layers for op in layer.ops
+             if isinstance(op, AttentionOp)}
+    return ",".join(sorted(kinds)) or "none"
+
+
 BREAKDOWN_FACTORS = ("AC kind", "AC (full or every-k) or not", "GPU", "framework", "model size", "precision",
-                     "recompute share of step")
+                     "recompute share of step", "nodes", "strategy", "micro-batch", "sequence",
+                     "tokens per micro-batch per rank", "attention kernel")
 """What :func:`breakdown_lines` groups the residuals by."""
+
+BREAKDOWN_SLOPES = ("log2 tokens per micro-batch per rank", "log2 sequence", "log2 micro-batch", "multi-node (0/1)")
+"""Continuous quantities :func:`breakdown_lines` fits the signed residuals on inside systems
+(:func:`within_system_slope`)."""
 
 
 def breakdown_lines(presets: list[Result], loso: list[Result]) -> list[str]:
-    """Signed residuals (presets and leave-one-system-out) grouped by checkpointing kind, GPU,
-    framework, model size, precision and the predicted recomputation share of the step: pooled
-    (mean / median) and within systems (:func:`within_system`)."""
+    """Signed residuals (presets and leave-one-system-out) grouped by :data:`BREAKDOWN_FACTORS`
+    (checkpointing kind, GPU, framework, model size, precision, the predicted recomputation share of
+    the step, one node or several, sharding, micro-batch, sequence, tokens per micro-batch per rank,
+    attention kernel): pooled (mean / median) and within systems (:func:`within_system`); then the
+    slopes of :data:`BREAKDOWN_SLOPES` inside systems (:func:`within_system_slope`)."""
     by_id = {r["id"]: r for r in rows()}
     loso_by = {r.id: r for r in loso}
     facts = {}
@@ -1590,7 +1650,16 @@ def breakdown_lines(presets: list[Result], loso: list[Result]) -> list[str]:
             "AC kind": kind, "AC (full or every-k) or not": "AC" if kind.startswith("full") else "no AC",
             "GPU": r.gpu, "framework": re.split(r"[ (/]", row["framework"])[0], "model size": _size_bucket(r.params),
             "precision": (row["fp8_recipe"] and "fp8 " + job.config.execution.fp8 or job.config.execution.precision),
-            "recompute share of step": _fraction_bucket(frac), "_frac": frac}
+            "recompute share of step": _fraction_bucket(frac), "_frac": frac,
+            "nodes": "one node" if int(row["nodes"] or 1) <= 1 else "several nodes",
+            "strategy": job.config.parallelism.strategy, "micro-batch": str(job.config.workload.micro_batch),
+            "sequence": _tokens_bucket(job.model.tokens_per_sample),
+            "tokens per micro-batch per rank": _tokens_bucket(tokens_per_rank(row, job)),
+            "attention kernel": attention_kernels(job.model),
+            "log2 tokens per micro-batch per rank": math.log2(tokens_per_rank(row, job)),
+            "log2 sequence": math.log2(job.model.tokens_per_sample),
+            "log2 micro-batch": math.log2(job.config.workload.micro_batch),
+            "multi-node (0/1)": 0.0 if int(row["nodes"] or 1) <= 1 else 1.0}
     system = {r.id: r.system for r in presets}
     lines = []
     for factor in BREAKDOWN_FACTORS:
@@ -1611,6 +1680,14 @@ def breakdown_lines(presets: list[Result], loso: list[Result]) -> list[str]:
                       + f" ({inside_pre[name][1]}, {inside_pre[name][2]})") if name in inside_pre else "-"
             lines.append(f"  {name:28.28s} {len(rs):4d}  {100 * statistics.fmean(pre):+6.1f} / "
                          f"{100 * statistics.median(pre):+6.1f} %   {lo_text}   {inside}")
+    lines.append("slopes inside systems (one intercept per system; points of signed error per unit, standard "
+                 "error, rows, systems): presets / LOSO")
+    for name in BREAKDOWN_SLOPES:
+        x = {i: f[name] for i, f in facts.items()}
+        fits = [within_system_slope(errs, system, x) for errs in
+                ({r.id: r.error for r in presets}, {i: v.error for i, v in loso_by.items()})]
+        lines.append(f"  {name:40.40s} " + " / ".join(
+            "-" if f is None else f"{100 * f[0]:+5.2f} ({100 * f[1]:.2f}; {f[2]}, {f[3]})" for f in fits))
     lines.append("per row: id, system, AC kind, GPU, recompute share, presets error, LOSO error")
     for r in presets:
         f = facts[r.id]
@@ -1728,8 +1805,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-system-out fit (faster)")
     ap.add_argument("--only", help="comma-separated row ids")
     ap.add_argument("--breakdown", action="store_true",
-                    help="print the signed residuals by checkpointing kind, GPU, framework, size, precision and "
-                         "recomputation share")
+                    help="print the signed residuals by checkpointing kind, GPU, framework, size, precision, "
+                         "recomputation share, nodes, sharding, micro-batch, sequence, tokens per rank and "
+                         "attention kernel, and their slopes inside systems")
     ap.add_argument("--decompose", action="store_true",
                     help="print each --only row's step decomposition (compute per op class, each collective and "
                          "its exposed part, a layout's in-layer communication and bubble, memory) and exit")
