@@ -14,6 +14,7 @@ from typing import Any
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
+    MAX_FAILURES_PER_RUN,
     MAX_GOODPUT_RUNS,
     MAX_MC_STEPS,
     MAX_GPUS,
@@ -287,7 +288,11 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     cluster = ClusterShape.from_topology(topology)
     mtbf = cluster.mtbf_s(rates)
     if checkpoint_interval_s is None:
-        interval_s = model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
+        # As layout_goodput skips it: a job failing past MAX_FAILURES_PER_RUN times in its work alone is refused
+        # by the simulation below, and the search overflowed on it (--mtbf-gpu 1e-308s: an infinite count of
+        # intervals).
+        hopeless = not work_s / mtbf <= MAX_FAILURES_PER_RUN
+        interval_s = work_s if hopeless else model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
         if not math.isfinite(interval_s) or interval_s <= 0:
             interval_s = work_s
         # A near-free write puts the optimum under a second; the user gave no interval to blame for it.

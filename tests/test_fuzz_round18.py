@@ -1,0 +1,79 @@
+"""Defects found by the eighteenth fuzz round (fuzz18): odd but plausible numbers, names and files through every
+command and the Python API (budgets below one token, ...).
+
+Each case says what it did before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz_harness import check_outcome, run_cli
+from tests.fuzz_harness import run_json as _json
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _refused(args, capsys, *words) -> str:
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "error")
+    line = outcome.err.strip()
+    for word in words:
+        assert word in line, line
+    return line
+
+
+# --- 1. a budget below one token or sample --------------------------------------------------------------------------
+@pytest.mark.parametrize("flag, value", [("--tokens", "1e-308"), ("--tokens", "0.5"), ("--samples", "1e-300")])
+def test_a_budget_below_one_is_refused(flag, value, capsys):
+    """Before: ``sweep --tokens 1e-308`` (and a sweep file's ``samples: 1e-308``) was taken as a budget: time to
+    train 1.2e-311 s, cost 1.7e-313 USD in the JSON, though ``--tokens 0`` is refused "expected a count > 0". A
+    budget is a count of whole tokens or samples: one line naming the flag, the value and ">= 1"."""
+    model = "resnet50" if flag == "--samples" else "gpt2"
+    base = ["--model", model, "--gpus", "8", "--link", "infiniband"]
+    _refused(["sweep"] + base + ["--steps", "1", flag, value, "--json"], capsys, flag, value, ">= 1")
+    _refused(["plan", "--model", model, "--gpus", "8", "--global-batch", "64", "--verify", "0", flag, value], capsys, flag, ">= 1")
+    if flag == "--tokens":
+        _refused(["goodput"] + base + [flag, value], capsys, flag, ">= 1")
+    out = _json(["sweep"] + base + ["--steps", "1", flag, "1", "--json"], capsys)
+    assert out["rows"][0]["time_to_train_s"] > 0
+
+
+def test_a_sweep_files_budget_below_one_is_refused(tmp_path, capsys):
+    """The same budget in a sweep file, and through ``dpsim.sweep``."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("grid:\n  gpus: [8]\n  model: [resnet50]\nsamples: 1e-308\n")
+    _refused(["sweep", "-c", str(spec), "--link", "infiniband", "--steps", "1"], capsys, "samples", "1e-308", ">= 1")
+    import dpsim
+    from dpsim.errors import DpsimError
+
+    with pytest.raises(DpsimError, match=">= 1"):
+        dpsim.sweep({"gpus": [8], "model": ["gpt2"]}, tokens=0.25)
+
+
+# --- 2. an MTBF so short that the failure rates overflow -------------------------------------------------------------
+@pytest.mark.parametrize("flag", ["--mtbf-gpu", "--mtbf-node", "--mtbf-link"])
+@pytest.mark.parametrize("value", ["1e-308s", "5e-324s"])
+def test_goodput_through_an_overflowing_failure_rate_is_one_line(flag, value, capsys):
+    """Before: ``goodput --mtbf-gpu 1e-308s`` on 16 GPUs was a ZeroDivisionError traceback: 16 / 1e-308 failures
+    per second overflowed to inf, the job's MTBF came out 0 s and the checkpoint-interval search divided by it
+    (``--mtbf-gpu 1e-300s`` was refused: "the job fails every 6.25e-302 s on average ..."). The same line now."""
+    _refused(["goodput", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--tokens", "1B", flag, value,
+              "--json"], capsys, "--mtbf-gpu/--mtbf-node/--mtbf-link", "fails every")
+
+
+def test_the_job_mtbf_of_overflowing_rates_is_positive():
+    """The job's MTBF is 1 / (the sum of its components' rates), computed without overflowing that sum."""
+    import math
+
+    from dpsim.plan.reliability import ClusterShape, FailureRates
+
+    shape = ClusterShape(n_nodes=2, gpus_per_node=8, links_per_node=8)
+    tiny = shape.mtbf_s(FailureRates(gpu_mtbf_s=1e-308, node_mtbf_s=math.inf, link_mtbf_s=math.inf))
+    assert tiny == pytest.approx(1e-308 / 16, rel=1e-9)
+    assert shape.mtbf_s(FailureRates(gpu_mtbf_s=5e-324)) > 0
+    plain = FailureRates(gpu_mtbf_s=1e6, node_mtbf_s=2e6, link_mtbf_s=4e6)
+    assert shape.mtbf_s(plain) == pytest.approx(1 / (16 / 1e6 + 2 / 2e6 + 16 / 4e6), rel=1e-12)
