@@ -77,3 +77,30 @@ def test_the_job_mtbf_of_overflowing_rates_is_positive():
     assert shape.mtbf_s(FailureRates(gpu_mtbf_s=5e-324)) > 0
     plain = FailureRates(gpu_mtbf_s=1e6, node_mtbf_s=2e6, link_mtbf_s=4e6)
     assert shape.mtbf_s(plain) == pytest.approx(1 / (16 / 1e6 + 2 / 2e6 + 16 / 4e6), rel=1e-12)
+
+
+# --- 3. error lines that printed 'inf' for a number ----------------------------------------------------------------
+def _no_inf(line: str) -> None:
+    import re
+
+    assert not re.search(r"(?<![\w.])-?(nan|inf|infinity)(?![\w])", line, re.I), line
+
+
+def test_a_loader_of_1e_minus_308_samples_per_s_names_no_inf(capsys):
+    """Before: ``--input-samples-per-s 1e-308`` was refused "loads the 4 samples of a GPU's step in inf s": the
+    division overflowed and the line printed ``inf`` as a time. Now it says the time is over a day."""
+    line = _refused(["predict", "--model", "gpt2", "--gpus", "8", "--link", "infiniband", "--input-samples-per-s",
+                     "1e-308"], capsys, "--input-samples-per-s", "1e-308", "86400 s")
+    _no_inf(line)
+
+
+@pytest.mark.parametrize("mtbf", ["1e-308s", "5e-324s"])
+def test_a_mix_whose_failure_rate_overflows_names_no_inf(mtbf, tmp_path, capsys):
+    """Before: a mix file's ``mtbf_gpu: 1e-308s`` was refused "the cluster's servers fail every 0 s on average and
+    the 3600 s horizon would draw about inf of them"."""
+    path = tmp_path / "mix.yaml"
+    path.write_text("cluster: {link: infiniband, gpus: 64}\nhorizon: 1h\njobs:\n  - {name: a, model: gpt2, gpus: 16}\n"
+                    f"failures: {{repair: 1h, mtbf_gpu: {mtbf}}}\n")
+    line = _refused(["mix", str(path)], capsys, "failures.mtbf_gpu", "100,000")
+    _no_inf(line)
+    assert "every 0 s" not in line, line
