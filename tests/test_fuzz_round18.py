@@ -104,3 +104,17 @@ def test_a_mix_whose_failure_rate_overflows_names_no_inf(mtbf, tmp_path, capsys)
     line = _refused(["mix", str(path)], capsys, "failures.mtbf_gpu", "100,000")
     _no_inf(line)
     assert "every 0 s" not in line, line
+
+
+# --- 4. a value shown in its flag's units names what was typed ---------------------------------------------------
+@pytest.mark.parametrize("args, typed", [
+    (["predict", "--single-gpu-step-ms", "1e-308"], "1e-308 ms"),
+    (["sweep", "--axis", "single_gpu_step_s=1e-308"], "1e-305 ms"),
+])
+def test_a_scaled_flag_is_refused_with_the_number_typed(args, typed, capsys):
+    """Before: ``--single-gpu-step-ms 1e-308`` was refused "--single-gpu-step-ms: 9.999999999999475e-309 ms is not
+    valid": the value went to seconds (a subnormal float, 1e-311) and back, and the line named a number nobody
+    typed (``--axis single_gpu_step_s=1e-308``: "9.999999999999999e-306 ms")."""
+    line = _refused(args[:1] + ["--model", "gpt2", "--gpus", "8", "--link", "infiniband"] + args[1:], capsys,
+                    f": {typed} is not valid", ">= 0.001 ms")
+    assert "99999" not in line, line

@@ -1282,7 +1282,9 @@ def check_value(name: str, value: Any) -> None:
         scale = flag_scale(name)
         unit = setting_field(name).metadata.get("unit", "")
         if scale is not None and _has_type(value, kind) and is_finite(value):
-            shown = f"{short(value * scale)}{unit}"  # in the flag's units, as typed
+            # In the flag's units, as typed; 12 digits: --single-gpu-step-ms 1e-308 went to seconds (a subnormal)
+            # and back as 9.999999999999475e-309.
+            shown = f"{short(float(f'{value * scale:.12g}'))}{unit}"
         else:
             shown = short(value)
         expected = rule.text(scale or 1.0, unit) if rule else _DESCRIPTIONS[kind]
