@@ -118,3 +118,32 @@ def test_a_scaled_flag_is_refused_with_the_number_typed(args, typed, capsys):
     line = _refused(args[:1] + ["--model", "gpt2", "--gpus", "8", "--link", "infiniband"] + args[1:], capsys,
                     f": {typed} is not valid", ">= 0.001 ms")
     assert "99999" not in line, line
+
+
+# --- 5. numpy's scalars through every Python entry point, as PredictConfig takes them -----------------------------
+def test_numpy_scalars_are_numbers_to_every_entry_point():
+    """Before: ``PredictConfig(gpus=np.int64(16))`` was taken (fuzz round 12), but ``goodput(runs=np.int64(3))``
+    was refused "--runs: np.int64(3) is not valid; expected an integer", and so were goodput's seed and
+    min_nodes, a float32 token budget, ``predict_collective(minbytes=np.int64(8))``, ``plan(top=np.int64(3))`` and
+    ``VariabilitySpec(samples=np.int64(3))``: numbers from ``np.arange`` or a DataFrame column. Each is taken as
+    the Python number, and the results are the same as with it."""
+    np = pytest.importorskip("numpy")
+    import dpsim
+    from dpsim.variability.spec import VariabilitySpec
+
+    config = dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", steps=1)
+    plain = dpsim.goodput(config, tokens=1e9, runs=3, seed=2, min_nodes=1)
+    again = dpsim.goodput(config, tokens=np.float32(1e9), runs=np.int64(3), seed=np.int64(2), min_nodes=np.int32(1))
+    assert again.result == plain.result
+    rows = dpsim.predict_collective(config, minbytes=np.int64(8), maxbytes=np.int64(1024), stepfactor=np.float32(4))
+    assert rows.to_dict() == dpsim.predict_collective(config, minbytes=8, maxbytes=1024, stepfactor=4.0).to_dict()
+    json.dumps(rows.to_dict())
+    result = dpsim.plan(config, gpus=[8], global_batch=64, verify=np.int64(0), top=np.int64(3))
+    assert len(result.ranked) <= 3
+    spec = VariabilitySpec(noise_cv=np.float32(0.05), samples=np.int64(3), seed=np.int64(2))
+    assert type(spec.samples) is int and type(spec.seed) is int and type(spec.noise_cv) is float
+    assert spec == VariabilitySpec(noise_cv=float(np.float32(0.05)), samples=3, seed=2)
+    with pytest.raises(dpsim.DpsimError, match="--runs"):
+        dpsim.goodput(config, tokens=1e9, runs=np.float64(3.0))  # a float is not a count, numpy's or Python's
+    with pytest.raises(dpsim.DpsimError, match="--runs"):
+        dpsim.goodput(config, tokens=1e9, runs=np.bool_(True))

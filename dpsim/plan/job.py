@@ -25,6 +25,7 @@ from dpsim.limits import (
     MIN_CHECKPOINT_INTERVAL_S,
     check_int,
     check_number,
+    plain_number,
     short,
 )
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
@@ -215,19 +216,24 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     """
     if tokens is not None and duration_s is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    tokens, duration_s, checkpoint_interval_s, checkpoint_write_s, checkpoint_bandwidth_bytes_per_s, restart_s, \
+        replace_s = (plain_number(v, float) for v in (tokens, duration_s, checkpoint_interval_s, checkpoint_write_s,
+                                                      checkpoint_bandwidth_bytes_per_s, restart_s, replace_s))
     _check_numbers(tokens=tokens, duration_s=duration_s, rates=rates, checkpoint_interval_s=checkpoint_interval_s,
                    checkpoint_write_s=checkpoint_write_s, checkpoint_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s,
                    restart_s=restart_s, replace_s=replace_s)
     if policy not in POLICIES:
         raise ConfigError(f"--elastic: {policy!r} is not valid; choose one of {', '.join(POLICIES)}")
-    check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
-    check_int(seed, "--seed", 0, MAX_SEED)
-    check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
+    # Taken as Python's numbers (numpy's scalars from np.arange or a DataFrame were refused "np.int64(3) is not
+    # valid"), as PredictConfig takes them.
+    runs = check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
+    seed = check_int(seed, "--seed", 0, MAX_SEED)
+    min_nodes = check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
     if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
         raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s:g} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")
     if mc_steps is not None:  # its own range before the rules between arguments, as the command line
-        check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
+        mc_steps = check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
     if variability is not None and tokens is None:
         raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=_spec_flags(variability, mc_steps)))
     if variability is None and mc_steps is not None:

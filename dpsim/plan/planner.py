@@ -2543,6 +2543,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     # numpy's integers (np.arange, a DataFrame's column) as Python's, as PredictConfig and sweep take them: a plan
     # over gpus=np.array([64]) or global_batch=np.int64(256) was refused "np.int64(256) is not valid".
     global_batch = plain_number(global_batch, int)
+    top, verify = plain_number(top, int), plain_number(verify, int)
+    verify_seconds, budget_usd, tokens, samples = (plain_number(v, float) for v in (verify_seconds, budget_usd,
+                                                                                    tokens, samples))
     gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,
                                                                                micro_batches))
     check_value("global_batch", global_batch)

@@ -31,6 +31,7 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (
+    plain_number,
     MAX_BUCKET_CAP_MB,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
@@ -1305,22 +1306,6 @@ _FILE_FIELDS = {"topology_file": "a topology YAML file (without it, the --link p
 """Fields that name a file, whose empty value is no file."""
 
 
-
-
-def plain_number(value: Any, kind: type) -> Any:
-    """``value`` as Python's own number when it is another library's scalar of ``kind`` (numpy's int64, float32,
-    bool_: ``PredictConfig(gpus=np.int64(16))`` from ``np.arange`` or a DataFrame was refused "np.int64(16) is not
-    valid; expected an integer"); anything else as it is, for :func:`check_value` to judge. A float that is a whole
-    number stays a float (refused for an integer field: 16.0 GPUs is a typo's sign), as a bool is not an integer."""
-    if type(value) in (int, float, bool, str) or value is None:
-        return value
-    if kind is bool and type(value).__name__ == "bool_":
-        return bool(value)
-    if kind in (int, float) and isinstance(value, numbers.Integral) and type(value).__name__ != "bool_":
-        return int(value)
-    if kind is float and isinstance(value, numbers.Real) and type(value).__name__ != "bool_":
-        return float(value)
-    return value
 
 
 def stage_layers_text(value: Any) -> Any:
