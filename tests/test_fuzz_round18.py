@@ -147,3 +147,24 @@ def test_numpy_scalars_are_numbers_to_every_entry_point():
         dpsim.goodput(config, tokens=1e9, runs=np.float64(3.0))  # a float is not a count, numpy's or Python's
     with pytest.raises(dpsim.DpsimError, match="--runs"):
         dpsim.goodput(config, tokens=1e9, runs=np.bool_(True))
+
+
+def test_the_python_api_takes_the_budget_the_command_line_takes():
+    """Before: ``dpsim.plan(tokens=0.5)`` and ``dpsim.goodput(tokens=0.5)`` were taken ("a number > 0") where the
+    command line (and ``dpsim.sweep``) refuse a budget below one token."""
+    import dpsim
+
+    config = dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", steps=1)
+    with pytest.raises(dpsim.DpsimError, match=r"--tokens: .*>= 1"):
+        dpsim.plan(config, gpus=[8], global_batch=64, verify=0, tokens=0.5)
+    with pytest.raises(dpsim.DpsimError, match=r"--samples: .*>= 1"):
+        dpsim.plan(config, gpus=[8], global_batch=64, verify=0, samples=1e-308)
+    with pytest.raises(dpsim.DpsimError, match=r"--tokens: .*>= 1"):
+        dpsim.goodput(config, tokens=0.5)
+
+
+def test_a_checkpoint_bandwidth_of_1e_minus_308_names_no_inf(capsys):
+    """Before: ``goodput --checkpoint-bandwidth 1e-308B/s`` was refused "... would take inf s, over 3.1536e+07 s"."""
+    line = _refused(["goodput", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--tokens", "1B",
+                     "--checkpoint-bandwidth", "1e-308B/s"], capsys, "--checkpoint-bandwidth", "a year")
+    _no_inf(line)

@@ -163,8 +163,8 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
     def number(value: Any) -> bool:
         return not isinstance(value, bool) and isinstance(value, (int, float))
 
-    if tokens is not None:
-        check_number(tokens, "--tokens", 0, MAX_TOKENS, open_below=True)
+    if tokens is not None:  # at least one token, as the command line's parse_count takes a budget
+        check_number(tokens, "--tokens", 1, MAX_TOKENS)
     for flag, value, optional in (("--duration", duration_s, True), ("--checkpoint-interval", checkpoint_interval_s, True),
                                   ("--checkpoint-write", checkpoint_write_s, True),
                                   ("--checkpoint-bandwidth", checkpoint_bandwidth_bytes_per_s, False),
@@ -175,6 +175,11 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
     if not isinstance(rates, FailureRates):
         raise ConfigError(f"--mtbf-gpu/--mtbf-node/--mtbf-link: {short(rates)} is not valid; expected a FailureRates "
                           f"(dpsim.plan.reliability)")
+
+
+def _seconds(value: float) -> str:
+    """``12.3 s``, or ``over 1e308 s`` for a time that overflowed (an error line never prints ``inf``)."""
+    return f"{value:.3g} s" if math.isfinite(value) else "over 1e308 s"
 
 
 def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_per_node: int) -> int:
@@ -278,7 +283,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
             # The restart below adds the write (its read back), and would be blamed for a bandwidth given here.
             raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s:g} B/s is not valid; writing "
                               f"the busiest node's {ck.node_bytes:.3g} bytes of checkpoint would take "
-                              f"{checkpoint_write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); give a larger "
+                              f"{_seconds(checkpoint_write_s)}, over {MAX_RECOVERY_S:g} s (a year); give a larger "
                               f"bandwidth")
     elif not 0 <= checkpoint_write_s <= MAX_RECOVERY_S:
         # Checked here, not only in CheckpointPolicy: the restart below adds it, and would be blamed for it.

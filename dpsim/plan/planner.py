@@ -2564,7 +2564,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             check_value(name, value)
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
         if budget is not None:
-            check_number(budget, flag, 0, MAX_TOKENS, open_below=True)
+            check_number(budget, flag, 1, MAX_TOKENS)  # at least one, as the command line's parse_count
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by in ("cost", "goodput") and tokens is None and samples is None:
