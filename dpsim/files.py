@@ -137,6 +137,9 @@ def read_text_capped(path: str | Path, flag: str, error: type[DpsimError], *, wh
     A device, FIFO or directory is refused before it is opened (``/dev/zero`` never ends,
     a FIFO blocks until a writer comes), and at most ``max_bytes + 1`` bytes are read.
     """
+    if isinstance(path, str) and not path.strip():
+        # Path('') is '.': ``dpsim mix ''`` was "cannot read '.': it is a directory", a folder nobody named.
+        raise error(f"{flag}: {path!r} is not a file name; give the path of a {what}")
     path = Path(path)
     try:
         st = os.stat(path)
@@ -163,8 +166,8 @@ def read_text_capped(path: str | Path, flag: str, error: type[DpsimError], *, wh
 
 def read_yaml_file(path: str | Path, flag: str, error: type[DpsimError]) -> Any:
     """Read and parse a user's YAML file; every failure is ``error`` with one line naming ``flag``."""
+    text = read_text_capped(path, flag, error, what="YAML file")  # the name as given: '' is not '.'
     path = Path(path)
-    text = read_text_capped(path, flag, error, what="YAML file")
     try:
         data = load_yaml_text(text)
     except yaml.YAMLError as exc:

@@ -168,3 +168,22 @@ def test_a_checkpoint_bandwidth_of_1e_minus_308_names_no_inf(capsys):
     line = _refused(["goodput", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--tokens", "1B",
                      "--checkpoint-bandwidth", "1e-308B/s"], capsys, "--checkpoint-bandwidth", "a year")
     _no_inf(line)
+
+
+# --- 6. an empty path where a file is read --------------------------------------------------------------------------
+_LOG = str(REPO / "calibration" / "reference" / "nccl-tests" / "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["sweep", "-c", "", "--steps", "1", "--json"], "--config"),
+    (["mix", ""], "mix file"),
+    (["calibrate", "--from-nccl-tests", "", "--out", "OUT"], "--from-nccl-tests"),
+])
+def test_an_empty_path_is_refused_as_no_file_name(args, flag, tmp_path, capsys):
+    """Before: ``sweep -c ''`` swept the defaults as if no file were given (exit 0, one point of gpt2 on 64
+    GPUs), ``mix ''`` was refused "mix file: cannot read '.': it is a directory" (a folder the user never named),
+    and ``calibrate --from-nccl-tests ''`` "--from-nccl-tests: : does not exist". As ``--calibration ''`` and
+    ``--topology ''`` are: one line naming the flag and the empty name."""
+    args = [str(tmp_path / "p.json") if a == "OUT" else a for a in args]
+    line = _refused(args, capsys, flag, "''")
+    assert "'.'" not in line and ": : " not in line, line
