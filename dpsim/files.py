@@ -239,11 +239,14 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     refuse_output_over_inputs(p, flag, inputs)
     if p.suffix.lower() not in suffixes:
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
-    parent = path_kind(p.parent, flag)
+    # Checked where atomic_output writes: through a link (a link into a directory that is gone failed only after
+    # the work, "cannot write '/gone/x.html'").
+    target = _written_path(p)
+    parent = path_kind(target.parent, flag)
     if parent != "dir":
         # A file where the directory should be (out.yaml/t.html) is not a missing directory.
         what = "does not exist" if parent is None else "is not a directory"
-        raise ConfigError(f"{flag}: directory {str(p.parent)!r} {what}")
+        raise ConfigError(f"{flag}: directory {str(target.parent)!r} {what}")
     if path_kind(p, flag) == "dir":
         raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
     refuse_special_output(p, flag)
@@ -258,7 +261,15 @@ def check_writable_dir(path: str | Path, flag: str) -> None:
     for its file system failed only at the end, with an OSError traceback after the computation.
     """
     with contextlib.suppress(OSError):
-        os.unlink(_temp_beside(Path(path), flag))
+        os.unlink(_temp_beside(_written_path(Path(path)), flag))
+
+
+def _written_path(path: Path) -> Path:
+    """Where :func:`atomic_output` writes ``path``: through a symbolic link, as ``open(path, "w")`` does."""
+    try:
+        return Path(os.path.realpath(path)) if path.is_symlink() else path
+    except OSError:  # a name too long to look at: the checks that follow name it
+        return path
 
 
 def _temp_beside(path: Path, flag: str, error: type[DpsimError] = ConfigError) -> Path:
@@ -298,12 +309,10 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
     permission bits (default: what a plain ``open`` gives: an existing file's own, else the umask's). A write that
     fails (no permission, a full disk) is an ``error`` (ConfigError) naming ``flag``, not an OSError.
     """
-    path = Path(path)
-    if path.is_symlink():
-        # Written through the link, as open(path, "w") writes: the rename replaced the link itself with a file and left
-        # its target as it was (report -o latest.html -> runs/7/report.html), and a link to a missing directory became
-        # a file where open() says the directory does not exist.
-        path = Path(os.path.realpath(path))
+    # Written through the link, as open(path, "w") writes: the rename replaced the link itself with a file and left
+    # its target as it was (report -o latest.html -> runs/7/report.html), and a link to a missing directory became
+    # a file where open() says the directory does not exist.
+    path = _written_path(Path(path))
     refuse_special_output(path, flag, error)  # (again: a FIFO may have been made there since the check)
     tmp = _temp_beside(path, flag, error)
     try:

@@ -187,3 +187,29 @@ def test_an_empty_path_is_refused_as_no_file_name(args, flag, tmp_path, capsys):
     args = [str(tmp_path / "p.json") if a == "OUT" else a for a in args]
     line = _refused(args, capsys, flag, "''")
     assert "'.'" not in line and ": : " not in line, line
+
+
+# --- 7. an output path that is a link to a missing directory: refused before the work ---------------------------------
+def test_an_output_link_to_a_missing_directory_is_refused_before_the_work(tmp_path, capsys):
+    """Before: ``report -o latest.html`` where latest.html links into a directory that is gone computed the whole
+    report (3 s here) and only then failed "cannot write '/gone/x.html'" (``sweep -o`` likewise): the checks made
+    before the work tried the link's own directory, while the write goes through the link, as open() does. The
+    checks (``check_output_path``, ``check_writable_dir``) now follow the link too."""
+    from dpsim.errors import ConfigError
+    from dpsim.files import check_output_path, check_writable_dir
+
+    link = tmp_path / "latest.html"
+    link.symlink_to(tmp_path / "gone" / "report.html")
+    with pytest.raises(ConfigError, match="gone"):
+        check_output_path(link, "-o/--output")
+    csv = tmp_path / "latest.csv"
+    csv.symlink_to(tmp_path / "gone" / "rows.csv")
+    with pytest.raises(ConfigError, match="gone"):
+        check_writable_dir(csv, "-o/--output")
+    _refused(["report", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--steps", "1", "-o", str(link)],
+             capsys, "-o/--output", "gone")
+    # A link to a file in a directory that exists is written through, as before.
+    (tmp_path / "runs").mkdir()
+    good = tmp_path / "good.html"
+    good.symlink_to(tmp_path / "runs" / "report.html")
+    assert check_output_path(good, "-o/--output") == good
