@@ -137,6 +137,9 @@ def read_text_capped(path: str | Path, flag: str, error: type[DpsimError], *, wh
     A device, FIFO or directory is refused before it is opened (``/dev/zero`` never ends,
     a FIFO blocks until a writer comes), and at most ``max_bytes + 1`` bytes are read.
     """
+    if isinstance(path, str) and not path.strip():
+        # Path('') is '.': ``dpsim mix ''`` was "cannot read '.': it is a directory", a folder nobody named.
+        raise error(f"{flag}: {path!r} is not a file name; give the path of a {what}")
     path = Path(path)
     try:
         st = os.stat(path)
@@ -163,8 +166,8 @@ def read_text_capped(path: str | Path, flag: str, error: type[DpsimError], *, wh
 
 def read_yaml_file(path: str | Path, flag: str, error: type[DpsimError]) -> Any:
     """Read and parse a user's YAML file; every failure is ``error`` with one line naming ``flag``."""
+    text = read_text_capped(path, flag, error, what="YAML file")  # the name as given: '' is not '.'
     path = Path(path)
-    text = read_text_capped(path, flag, error, what="YAML file")
     try:
         data = load_yaml_text(text)
     except yaml.YAMLError as exc:
@@ -236,11 +239,14 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
     refuse_output_over_inputs(p, flag, inputs)
     if p.suffix.lower() not in suffixes:
         raise ConfigError(f"{flag}: {str(path)!r} is not an {suffixes[0]} file; give a path ending in {suffixes[0]}")
-    parent = path_kind(p.parent, flag)
+    # Checked where atomic_output writes: through a link (a link into a directory that is gone failed only after
+    # the work, "cannot write '/gone/x.html'").
+    target = _written_path(p)
+    parent = path_kind(target.parent, flag)
     if parent != "dir":
         # A file where the directory should be (out.yaml/t.html) is not a missing directory.
         what = "does not exist" if parent is None else "is not a directory"
-        raise ConfigError(f"{flag}: directory {str(p.parent)!r} {what}")
+        raise ConfigError(f"{flag}: directory {str(target.parent)!r} {what}")
     if path_kind(p, flag) == "dir":
         raise ConfigError(f"{flag}: {str(path)!r} is a directory; give a file path ending in {suffixes[0]}")
     refuse_special_output(p, flag)
@@ -255,7 +261,15 @@ def check_writable_dir(path: str | Path, flag: str) -> None:
     for its file system failed only at the end, with an OSError traceback after the computation.
     """
     with contextlib.suppress(OSError):
-        os.unlink(_temp_beside(Path(path), flag))
+        os.unlink(_temp_beside(_written_path(Path(path)), flag))
+
+
+def _written_path(path: Path) -> Path:
+    """Where :func:`atomic_output` writes ``path``: through a symbolic link, as ``open(path, "w")`` does."""
+    try:
+        return Path(os.path.realpath(path)) if path.is_symlink() else path
+    except OSError:  # a name too long to look at: the checks that follow name it
+        return path
 
 
 def _temp_beside(path: Path, flag: str, error: type[DpsimError] = ConfigError) -> Path:
@@ -295,12 +309,10 @@ def atomic_output(path: str | Path, *, mode: int | None = None, flag: str = "out
     permission bits (default: what a plain ``open`` gives: an existing file's own, else the umask's). A write that
     fails (no permission, a full disk) is an ``error`` (ConfigError) naming ``flag``, not an OSError.
     """
-    path = Path(path)
-    if path.is_symlink():
-        # Written through the link, as open(path, "w") writes: the rename replaced the link itself with a file and left
-        # its target as it was (report -o latest.html -> runs/7/report.html), and a link to a missing directory became
-        # a file where open() says the directory does not exist.
-        path = Path(os.path.realpath(path))
+    # Written through the link, as open(path, "w") writes: the rename replaced the link itself with a file and left
+    # its target as it was (report -o latest.html -> runs/7/report.html), and a link to a missing directory became
+    # a file where open() says the directory does not exist.
+    path = _written_path(Path(path))
     refuse_special_output(path, flag, error)  # (again: a FIFO may have been made there since the check)
     tmp = _temp_beside(path, flag, error)
     try:

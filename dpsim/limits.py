@@ -13,6 +13,7 @@ files read them from here. ``--help`` states them and a value outside is one
 from __future__ import annotations
 
 import math
+import numbers
 import reprlib
 from dataclasses import dataclass
 from typing import Any
@@ -283,7 +284,9 @@ class Range:
 
 
 def check_int(value: Any, flag: str, minimum: int, maximum: int) -> int:
-    """``value`` if it is an integer in ``[minimum, maximum]``, else one ConfigError line naming ``flag``."""
+    """``value`` (numpy's integer scalars as Python's int) if it is an integer in ``[minimum, maximum]``, else one
+    ConfigError line naming ``flag``."""
+    value = plain_number(value, int)
     rule = Range(minimum, maximum, integer=True)
     if not rule.ok(value):
         raise ConfigError(f"{flag}: {short(value)} is not valid; expected {rule.text()}")
@@ -292,7 +295,9 @@ def check_int(value: Any, flag: str, minimum: int, maximum: int) -> int:
 
 def check_number(value: Any, flag: str, minimum: float, maximum: float, *, open_below: bool = False,
                  unit: str = "") -> float:
-    """``value`` if it is a finite number in ``[minimum, maximum]`` (``(minimum, ...`` with ``open_below``)."""
+    """``value`` as a float if it is a finite number (numpy's scalars too) in ``[minimum, maximum]``
+    (``(minimum, ...`` with ``open_below``)."""
+    value = plain_number(value, float)
     rule = Range(minimum, maximum, open_below=open_below)
     if not rule.ok(value):
         raise ConfigError(f"{flag}: {short(value)}{unit} is not valid; expected {rule.text(unit=unit)}")
@@ -319,3 +324,19 @@ def short(value: Any, limit: int = 60) -> str:
     except ValueError:  # an int past Python's 4,300-digit str() limit
         text = f"<{type(value).__name__} of {value.bit_length() if isinstance(value, int) else '?'} bits>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def plain_number(value: Any, kind: type) -> Any:
+    """``value`` as Python's own number when it is another library's scalar of ``kind`` (numpy's int64, float32,
+    bool_: ``PredictConfig(gpus=np.int64(16))`` from ``np.arange`` or a DataFrame was refused "np.int64(16) is not
+    valid; expected an integer"); anything else as it is, for :func:`check_value` to judge. A float that is a whole
+    number stays a float (refused for an integer field: 16.0 GPUs is a typo's sign), as a bool is not an integer."""
+    if type(value) in (int, float, bool, str) or value is None:
+        return value
+    if kind is bool and type(value).__name__ == "bool_":
+        return bool(value)
+    if kind in (int, float) and isinstance(value, numbers.Integral) and type(value).__name__ != "bool_":
+        return int(value)
+    if kind is float and isinstance(value, numbers.Real) and type(value).__name__ != "bool_":
+        return float(value)
+    return value

@@ -147,6 +147,8 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     """
     path = str(path)
     if text is None:
+        if not path.strip():  # "--from-nccl-tests: : does not exist"
+            raise ProfileError(f"--from-nccl-tests: {path!r} is not a file name; give the path of an nccl-tests log")
         if path_kind(path, "--from-nccl-tests", ProfileError) is None:
             raise _fail(path, None, "does not exist")
         # capped and regular files only: /dev/zero or a FIFO would otherwise be read until memory runs out

@@ -191,7 +191,8 @@ def sweep_command(
                               f"results would replace it; choose another -o")
     if workers is not None:
         check_int(workers, "--workers", 1, MAX_WORKERS)
-    spec = SweepSpec.from_yaml(config) if config else SweepSpec()
+    # ``-c ''`` is a file name to refuse, not "no file": it swept the defaults in silence.
+    spec = SweepSpec.from_yaml(config) if config is not None else SweepSpec()
     for name, raw in axes.items():
         flag = flag_name(name)
         spec = spec.with_axes(SweepSpec.from_grid({name: _split(raw, flag)}, origin=flag))

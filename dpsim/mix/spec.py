@@ -118,12 +118,15 @@ class DrawnFailures:
         self.rate_per_s, self.fields, self.what, self.drawn = rate_per_s, fields, what, 0
         expected = rate_per_s * horizon_s if horizon_s is not None else 0.0
         if not expected <= MAX_DRAWN_FAILURES:
-            raise self._error(f"the {horizon_s:g} s horizon would draw about {expected:.3g} of them")
+            about = f"about {expected:.3g}" if math.isfinite(expected) else "over 1e308"
+            raise self._error(f"the {horizon_s:g} s horizon would draw {about} of them")
 
     def _error(self, how: str) -> ConfigError:
-        return ConfigError(f"{self.fields}: the cluster's {self.what} fail every {1.0 / self.rate_per_s:.3g} s on "
-                           f"average and {how}; expected at most {MAX_DRAWN_FAILURES:,} (give longer MTBFs or a "
-                           f"shorter horizon)")
+        # An MTBF of 1e-308 s overflows the summed rate to inf: the line said "fail every 0 s ... about inf".
+        every = 1.0 / self.rate_per_s
+        often = f"every {every:.3g} s on average" if every > 0 else "more than 1e308 times a second"
+        return ConfigError(f"{self.fields}: the cluster's {self.what} fail {often} and {how}; expected at most "
+                           f"{MAX_DRAWN_FAILURES:,} (give longer MTBFs or a shorter horizon)")
 
     def count(self) -> None:
         """One more failure drawn."""

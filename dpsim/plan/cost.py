@@ -135,7 +135,7 @@ _COUNT_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p"
 
 
 def parse_count(raw: str | int | float, field: str = "tokens") -> float:
-    """Parse a decimal count such as ``1T``, ``300B``, ``2.5e12`` or ``15M`` (> 0).
+    """Parse a decimal count such as ``1T``, ``300B``, ``2.5e12`` or ``15M`` (>= 1).
 
     Suffixes are decimal (K = 1e3, M = 1e6, B or G = 1e9, T = 1e12, P = 1e15), as token
     budgets are quoted ("1T tokens").
@@ -149,8 +149,9 @@ def parse_count(raw: str | int | float, field: str = "tokens") -> float:
         if not m:
             raise ConfigError(f"{field}: {raw!r} is not a count; use e.g. 1T, 300B, 2.5e12")
         value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).lower()]
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{field}: {raw!r} is not valid; expected a count > 0 (e.g. 1T, 300B)")
+    # At least one: a budget of 1e-308 tokens passed "> 0" and costed a run at 1.7e-313 USD.
+    if not (math.isfinite(value) and value >= 1):
+        raise ConfigError(f"{field}: {raw!r} is not valid; expected a count >= 1 (e.g. 1T, 300B)")
     if value > MAX_TOKENS:  # the CLI checked this after parsing; dpsim.sweep(tokens=1e300) did not (1e293-s times)
         raise ConfigError(f"{field}: {value:.3g} is not valid; expected at most {MAX_TOKENS:.0e}")
     return value

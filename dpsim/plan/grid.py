@@ -279,8 +279,8 @@ class SweepSpec:
     @classmethod
     def from_yaml(cls, path: str | Path) -> SweepSpec:
         """Read and validate a sweep YAML file."""
+        data = read_yaml_file(path, "--config", ConfigError)  # the name as given ('' is refused, not read as '.')
         path = Path(path)
-        data = read_yaml_file(path, "--config", ConfigError)
         spec = cls.from_dict(data, origin=str(path), base_dir=path.parent)
         return spec
 

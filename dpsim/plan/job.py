@@ -14,6 +14,7 @@ from typing import Any
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
+    MAX_FAILURES_PER_RUN,
     MAX_GOODPUT_RUNS,
     MAX_MC_STEPS,
     MAX_GPUS,
@@ -24,6 +25,7 @@ from dpsim.limits import (
     MIN_CHECKPOINT_INTERVAL_S,
     check_int,
     check_number,
+    plain_number,
     short,
 )
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
@@ -161,8 +163,8 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
     def number(value: Any) -> bool:
         return not isinstance(value, bool) and isinstance(value, (int, float))
 
-    if tokens is not None:
-        check_number(tokens, "--tokens", 0, MAX_TOKENS, open_below=True)
+    if tokens is not None:  # at least one token, as the command line's parse_count takes a budget
+        check_number(tokens, "--tokens", 1, MAX_TOKENS)
     for flag, value, optional in (("--duration", duration_s, True), ("--checkpoint-interval", checkpoint_interval_s, True),
                                   ("--checkpoint-write", checkpoint_write_s, True),
                                   ("--checkpoint-bandwidth", checkpoint_bandwidth_bytes_per_s, False),
@@ -173,6 +175,11 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
     if not isinstance(rates, FailureRates):
         raise ConfigError(f"--mtbf-gpu/--mtbf-node/--mtbf-link: {short(rates)} is not valid; expected a FailureRates "
                           f"(dpsim.plan.reliability)")
+
+
+def _seconds(value: float) -> str:
+    """``12.3 s``, or ``over 1e308 s`` for a time that overflowed (an error line never prints ``inf``)."""
+    return f"{value:.3g} s" if math.isfinite(value) else "over 1e308 s"
 
 
 def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_per_node: int) -> int:
@@ -214,19 +221,24 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     """
     if tokens is not None and duration_s is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    tokens, duration_s, checkpoint_interval_s, checkpoint_write_s, checkpoint_bandwidth_bytes_per_s, restart_s, \
+        replace_s = (plain_number(v, float) for v in (tokens, duration_s, checkpoint_interval_s, checkpoint_write_s,
+                                                      checkpoint_bandwidth_bytes_per_s, restart_s, replace_s))
     _check_numbers(tokens=tokens, duration_s=duration_s, rates=rates, checkpoint_interval_s=checkpoint_interval_s,
                    checkpoint_write_s=checkpoint_write_s, checkpoint_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s,
                    restart_s=restart_s, replace_s=replace_s)
     if policy not in POLICIES:
         raise ConfigError(f"--elastic: {policy!r} is not valid; choose one of {', '.join(POLICIES)}")
-    check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
-    check_int(seed, "--seed", 0, MAX_SEED)
-    check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
+    # Taken as Python's numbers (numpy's scalars from np.arange or a DataFrame were refused "np.int64(3) is not
+    # valid"), as PredictConfig takes them.
+    runs = check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
+    seed = check_int(seed, "--seed", 0, MAX_SEED)
+    min_nodes = check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
     if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
         raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s:g} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")
     if mc_steps is not None:  # its own range before the rules between arguments, as the command line
-        check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
+        mc_steps = check_int(mc_steps, "--mc-steps", 1, MAX_MC_STEPS)
     if variability is not None and tokens is None:
         raise ConfigError(VARIABILITY_NEEDS_TOKENS.format(flag=_spec_flags(variability, mc_steps)))
     if variability is None and mc_steps is not None:
@@ -271,7 +283,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
             # The restart below adds the write (its read back), and would be blamed for a bandwidth given here.
             raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s:g} B/s is not valid; writing "
                               f"the busiest node's {ck.node_bytes:.3g} bytes of checkpoint would take "
-                              f"{checkpoint_write_s:.3g} s, over {MAX_RECOVERY_S:g} s (a year); give a larger "
+                              f"{_seconds(checkpoint_write_s)}, over {MAX_RECOVERY_S:g} s (a year); give a larger "
                               f"bandwidth")
     elif not 0 <= checkpoint_write_s <= MAX_RECOVERY_S:
         # Checked here, not only in CheckpointPolicy: the restart below adds it, and would be blamed for it.
@@ -287,7 +299,11 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     cluster = ClusterShape.from_topology(topology)
     mtbf = cluster.mtbf_s(rates)
     if checkpoint_interval_s is None:
-        interval_s = model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
+        # As layout_goodput skips it: a job failing past MAX_FAILURES_PER_RUN times in its work alone is refused
+        # by the simulation below, and the search overflowed on it (--mtbf-gpu 1e-308s: an infinite count of
+        # intervals).
+        hopeless = not work_s / mtbf <= MAX_FAILURES_PER_RUN
+        interval_s = work_s if hopeless else model_optimum_s(work_s, checkpoint_write_s, restart_s, mtbf, replace_s)
         if not math.isfinite(interval_s) or interval_s <= 0:
             interval_s = work_s
         # A near-free write puts the optimum under a second; the user gave no interval to blame for it.

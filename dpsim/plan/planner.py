@@ -2543,6 +2543,9 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     # numpy's integers (np.arange, a DataFrame's column) as Python's, as PredictConfig and sweep take them: a plan
     # over gpus=np.array([64]) or global_batch=np.int64(256) was refused "np.int64(256) is not valid".
     global_batch = plain_number(global_batch, int)
+    top, verify = plain_number(top, int), plain_number(verify, int)
+    verify_seconds, budget_usd, tokens, samples = (plain_number(v, float) for v in (verify_seconds, budget_usd,
+                                                                                    tokens, samples))
     gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,
                                                                                micro_batches))
     check_value("global_batch", global_batch)
@@ -2561,7 +2564,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
             check_value(name, value)
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
         if budget is not None:
-            check_number(budget, flag, 0, MAX_TOKENS, open_below=True)
+            check_number(budget, flag, 1, MAX_TOKENS)  # at least one, as the command line's parse_count
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by in ("cost", "goodput") and tokens is None and samples is None:

@@ -189,7 +189,16 @@ class ClusterShape:
     def mtbf_s(self, rates: FailureRates) -> float:
         """The whole job's mean time between failures."""
         total = sum(self.rates_per_s(rates).values())
-        return 1.0 / total if total > 0 else math.inf
+        if math.isfinite(total):
+            return 1.0 / total if total > 0 else math.inf
+        # Scaled by the shortest MTBF where the summed rate overflows: 16 GPUs of 1e-308 s made it inf, and the
+        # job's MTBF came out 0 s (goodput's interval search then divided by it).
+        n = self.n_nodes
+        classes = [(count, mtbf) for count, mtbf in ((n * self.gpus_per_node, rates.gpu_mtbf_s),
+                                                     (n, rates.node_mtbf_s),
+                                                     (n * self.links_per_node, rates.link_mtbf_s)) if count > 0]
+        shortest = min(m for _, m in classes)
+        return max(shortest / sum(count * (shortest / m) for count, m in classes), math.ulp(0.0))
 
 
 @frozen_dataclass

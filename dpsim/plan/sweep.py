@@ -219,7 +219,7 @@ def _check_executor(scheduler: str | None, workers: int | None, client: Any = No
                               "the points)")
     if workers is not None:
         # The CLI's range, for Python callers too: workers=10**9 would have started that many processes.
-        check_int(workers, "--workers", 1, MAX_WORKERS)
+        workers = check_int(workers, "--workers", 1, MAX_WORKERS)
     if scheduler is not None and not re.fullmatch(r"(tcp|tls|ucx|ws|wss|inproc)://[^\s/:]+(:\d+)?[^\s]*",
                                                  str(scheduler)):
         raise ConfigError(f"--scheduler: {scheduler!r} is not a scheduler address; expected e.g. "

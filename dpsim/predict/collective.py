@@ -14,7 +14,7 @@ from typing import Any
 from dpsim.collectives.ops import OPS, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, is_finite, short
+from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, is_finite, plain_number, short
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import build_collectives, resolve_topology
@@ -91,6 +91,8 @@ def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbyte
         raise ConfigError(f"--op: {short(op)} is not a collective; choose one of {', '.join(OPS)}")
     if not isinstance(dtype, str) or dtype not in TYPE_BYTES:  # (a list: unhashable, a TypeError)
         raise ConfigError(f"-d/--datatype: {short(dtype)} is not known; choose one of {', '.join(TYPE_BYTES)}")
+    # numpy's scalars as Python's numbers, as PredictConfig takes them (minbytes=np.int64(8) was refused).
+    minbytes, maxbytes, stepfactor = (plain_number(v, float) for v in (minbytes, maxbytes, stepfactor))
     check_sizes(minbytes, maxbytes, stepfactor)
     resolved = resolve(config)
     topology = resolve_topology(resolved.config)

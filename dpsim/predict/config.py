@@ -31,6 +31,7 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import power_cap_throughput
 from dpsim.limits import (
+    plain_number,
     MAX_BUCKET_CAP_MB,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
@@ -1139,8 +1140,10 @@ class PredictConfig:
             # the same bound as a single GPU's step (--single-gpu-step-ms).
             load_s = w.micro_batch * self.micro_batches / w.input_samples_per_s
             if load_s > MAX_SINGLE_GPU_STEP_S:
+                # 1e-308 samples/s overflows the time to inf, which the line printed as "in inf s".
+                took = f"in {load_s:.3g} s" if math.isfinite(load_s) else "in over 1e308 s"
                 raise ConfigError(f"--input-samples-per-s: {w.input_samples_per_s:g} loads the "
-                                  f"{w.micro_batch * self.micro_batches:,} samples of a GPU's step in {load_s:.3g} s; "
+                                  f"{w.micro_batch * self.micro_batches:,} samples of a GPU's step {took}; "
                                   f"expected a step of at most {MAX_SINGLE_GPU_STEP_S:g} s (a faster loader)")
         if g.comm_hook != "powersgd":
             for name in ("powersgd_rank", "powersgd_start_iter"):
@@ -1285,7 +1288,9 @@ def check_value(name: str, value: Any) -> None:
         scale = flag_scale(name)
         unit = setting_field(name).metadata.get("unit", "")
         if scale is not None and _has_type(value, kind) and is_finite(value):
-            shown = f"{short(value * scale)}{unit}"  # in the flag's units, as typed
+            # In the flag's units, as typed; 12 digits: --single-gpu-step-ms 1e-308 went to seconds (a subnormal)
+            # and back as 9.999999999999475e-309.
+            shown = f"{short(float(f'{value * scale:.12g}'))}{unit}"
         else:
             shown = short(value)
         expected = rule.text(scale or 1.0, unit) if rule else _DESCRIPTIONS[kind]
@@ -1306,22 +1311,6 @@ _FILE_FIELDS = {"topology_file": "a topology YAML file (without it, the --link p
 """Fields that name a file, whose empty value is no file."""
 
 
-
-
-def plain_number(value: Any, kind: type) -> Any:
-    """``value`` as Python's own number when it is another library's scalar of ``kind`` (numpy's int64, float32,
-    bool_: ``PredictConfig(gpus=np.int64(16))`` from ``np.arange`` or a DataFrame was refused "np.int64(16) is not
-    valid; expected an integer"); anything else as it is, for :func:`check_value` to judge. A float that is a whole
-    number stays a float (refused for an integer field: 16.0 GPUs is a typo's sign), as a bool is not an integer."""
-    if type(value) in (int, float, bool, str) or value is None:
-        return value
-    if kind is bool and type(value).__name__ == "bool_":
-        return bool(value)
-    if kind in (int, float) and isinstance(value, numbers.Integral) and type(value).__name__ != "bool_":
-        return int(value)
-    if kind is float and isinstance(value, numbers.Real) and type(value).__name__ != "bool_":
-        return float(value)
-    return value
 
 
 def stage_layers_text(value: Any) -> Any:

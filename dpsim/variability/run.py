@@ -120,7 +120,7 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         noise_cv, source = profile_noise_cv(resolved.profile)
         spec = replace(spec, noise_cv=noise_cv, noise_source=source)
     if steps is not None:
-        check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
+        steps = check_int(steps, "--mc-steps", 1, MAX_MC_STEPS)
     routing = _routing_varies(config) if config.parallelism.layout_active and config.parallelism.ep > 1 else None
     if not spec.per_rank and routing is None:
         _refuse_sampling_flags(spec, steps)

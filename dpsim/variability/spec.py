@@ -77,6 +77,7 @@ from dpsim.limits import (
     check_int,
     check_number,
     is_finite,
+    plain_number,
     short,
 )
 from dpsim.network.degrade import LinkDegradation
@@ -149,6 +150,10 @@ class VariabilitySpec:
     """Where ``noise_cv`` came from when not given (e.g. a calibration profile); ``None``: given."""
 
     def __post_init__(self) -> None:
+        # numpy's scalars as Python's numbers, as PredictConfig takes them (samples=np.int64(3) was refused).
+        for name, kind in (("noise_cv", float), ("hiccup_rate_per_s", float), ("hiccup_s", float), ("seed", int),
+                           ("samples", int), ("confidence", float)):
+            object.__setattr__(self, name, plain_number(getattr(self, name), kind))
         if self.noise_cv is not None and not (is_finite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
             raise ConfigError(f"--noise-cv: {short(self.noise_cv)} is not valid; expected a number >= 0 and "
                               f"<= {MAX_NOISE_CV:g}")
