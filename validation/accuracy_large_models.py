@@ -342,6 +342,14 @@ SYSTEMS = {
     "as published)": System(
         name="MLPerf Verda B200", link="dgx-b200",
         assumed="'100GbE InfiniBand' fixes neither count nor speed: a DGX B200's 8x 400 Gb/s NDR compute ports"),
+    # Runs dpsim had never seen, 5 (rows R202-R206): Megatron-LLaMA's LLaMA-13B runs on Alibaba Cloud Lingjun
+    # (alibaba/Megatron-LLaMA@25306de84d30 README.md and README_zh.md): 8x A100 80GB with NVLink per server, 4x 200
+    # Gb/s RDMA between servers; one leave-one-system-out unit.
+    "Alibaba Cloud Lingjun, 8x A100 80GB per server with NVLink, 4x 200Gbps RDMA between servers (Megatron-LLaMA, as "
+    "published)": System(
+        name="Megatron-LLaMA Lingjun A100", topology_file="alibaba-lingjun-a100.yaml",
+        assumed="NVSwitch SXM4 servers and RoCE transport for the published 'RDMA' (alibaba-lingjun-a100.yaml); the "
+                "switch topology not stated"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
