@@ -139,10 +139,35 @@ def test_internlm_and_mlperf_v3_0_rows_and_only_they_run_flash_attention_1():
         assert "flash1" not in _attention_kernels(rid), rid
 
 
+MLPERF_V3_1 = ("R169", "R170", "R171", "R172")
+"""NVIDIA's (and Azure's copy of) MLPerf Training v3.1 GPT-3: flash-attn 2.0.8 under a TE that tries it first."""
+MLPERF_LATER = tuple(f"R{i}" for i in [*range(173, 193), *range(196, 200)])
+"""The MLPerf Training v4.0-v5.1 rows (GPT-3 175B, Llama 3.1 405B and 8B): cuDNN through TE, bf16."""
+
+
 def test_mlperf_v3_1_gpt3_runs_flash_attention_2_where_other_te_rows_run_cudnn():
-    # v3.1's TransformerEngine tries flash-attn 2.0.8 before cuDNN (alm.FLASH_ATTN_2); later TE rows keep cuDNN.
-    assert "cudnn" not in _attention_kernels("R169") and "flash1" not in _attention_kernels("R169")
-    assert _attention_kernels("R174") == {"cudnn"}
+    # v3.1's TransformerEngine tries flash-attn 2.0.8 before cuDNN (alm.FLASH_ATTN_2), in each of its
+    # four runs; later TE rows keep cuDNN. One later row per TE the submissions build (9e4091e, the
+    # 24.09 and 25.01 containers', v2.2.1, v2.5, release_v2.8 and d5919e12) is costed here.
+    for rid in MLPERF_V3_1:
+        assert "cudnn" not in _attention_kernels(rid) and "flash1" not in _attention_kernels(rid), rid
+    for rid in ("R174", "R180", "R181", "R182", "R184", "R186", "R192"):
+        assert _attention_kernels(rid) == {"cudnn"}, rid
+
+
+def test_every_mlperf_row_states_the_attention_kernel_it_ran_and_where_that_is_read():
+    # Issue 24: a row says what its run ran. Each MLPerf row names its kernel, cites the submission at
+    # its commit, and none leaves the choice to "TE's own choice" or claims FP8 attention.
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in MLPERF_V3_1:
+        assert rows[rid]["attention"].startswith(alm.FLASH_ATTN_2 + "0.8 through TransformerEngine"), rid
+    for rid in MLPERF_LATER:
+        att = rows[rid]["attention"]
+        assert att.startswith("cuDNN fused attention (bf16, no FP8 attention) through TransformerEngine"), rid
+        assert re.search(r"mlcommons/training_results_v[45]\.[01]@[0-9a-f]{12}", att), rid
+        assert "own choice" not in att, rid
+        # Each context-parallel row says that its attention runs per chunk; no other row does.
+        assert ("context parallelism" in att) == (rows[rid]["cp"] == "2"), rid
 
 
 def test_dropless_aux_loss_rows_route_with_the_measured_expert_spread():

@@ -478,10 +478,14 @@ xformers' memory-efficient causal attention whose backward is "Dao et al. (2022)
 FLASH_ATTN_2 = "flash-attn 2."
 """How a row's attention column names FlashAttention 2.x run through TransformerEngine where TE's
 own choice is known to be flash (costed as FlashAttention-2, not cuDNN): NVIDIA's MLPerf Training
-v3.1 GPT-3 (R169) installs ``flash-attn==2.0.8`` (mlcommons/training_results_v3.1@d06288b2bd67
+v3.1 GPT-3 (R169-R171) installs ``flash-attn==2.0.8`` (mlcommons/training_results_v3.1@d06288b2bd67
 NVIDIA/benchmarks/gpt3/implementations/pytorch/Dockerfile lines 95-96) and its TransformerEngine
 (09ba84278a0e) tries FlashAttention before cuDNN's FusedAttention
-(``transformer_engine/pytorch/attention.py`` lines 1493-1496, 1747). The v3.0 runs (R193-R195,
+(``transformer_engine/pytorch/attention.py`` lines 1493-1496, 1747); Azure's copy (R172) builds the
+same flash-attn over TE 4ee8e8ec1dcb, the next commit, with those lines unchanged (same path,
+Azure+NVIDIA/, Dockerfile lines 64, 96-97). Every later MLPerf row runs a TransformerEngine from
+v1.2 on, which gives cuDNN's FusedAttention preference on Hopper and later (its column cites the
+version and the lines), and none turns FP8 attention on: those rows cost ``cudnn``. The v3.0 runs (R193-R195,
 R200, R201) pin ``flash_attn==1.0.5`` (mlcommons/training_results_v3.0@63e326c400f5 same path,
 requirements.txt line 5) under TE release_v0.8, whose DotProductAttention has no cuDNN path
 (``transformer_engine/pytorch/transformer.py`` lines 16, 300-385, 461-465): their column starts
