@@ -70,7 +70,7 @@ from dpsim.strategies.registry import (
     check_zero_options,
     honours,
 )
-from dpsim.wording import count
+from dpsim.wording import canonical_choice, count
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -1326,12 +1326,44 @@ def stage_layers_text(value: Any) -> Any:
     return ",".join(str(int(c)) for c in value)
 
 
+def _named_choices(key: str) -> Any:
+    """The names a setting without a ``Literal`` type chooses among (read only for a value not already
+    lower-case, so the common case reads no directory)."""
+    if key == "link":
+        from dpsim.topology.load import preset_names
+
+        return preset_names()
+    if key == "gpu":
+        from dpsim.hardware import GPU_PRESETS
+
+        return GPU_PRESETS
+    if key == "model":
+        from dpsim.workload.catalog import list_models
+
+        return list_models()
+    return field_kind(key)[2]
+
+
+def canonical_name(key: str, value: Any) -> Any:
+    """A choice typed in other letter case as its canonical (lower-case) name, so ``--link InfiniBand`` is
+    taken as ``--gpu H100`` always was and ``--json``'s ``config`` echoes ``infiniband``; a model path or shape
+    (``transformer:...``, ``config.json``) is no catalog name and is kept as typed."""
+    if not isinstance(value, str) or value == value.lower() or key not in _CASE_FREE:
+        return value
+    return canonical_choice(value, _named_choices(key))
+
+
+_CASE_FREE = frozenset({"link", "gpu", "model"}) | frozenset(k for k in SETTINGS if field_kind(k)[2])
+"""Settings whose value is one of a closed set of lower-case names: any letter case names the same one."""
+
+
 def _check_part(part: Any) -> None:
     """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
     for f in fields(part):
         key = setting_key(f)
         value = getattr(part, f.name)
         plain = stage_layers_text(value) if key == "stage_layers" else plain_number(value, field_kind(key)[0])
+        plain = canonical_name(key, plain)
         if plain is not value:
             object.__setattr__(part, f.name, plain)
         check_value(key, plain)
