@@ -280,12 +280,16 @@ def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -
     return value
 
 
+TIME_FORMS = "a time with its unit (90s, 10min, 4h, 1d) or a plain YAML number of seconds (90)"
+"""What every time of a mix file (``horizon``, a job's ``start``, an event's ``at``, ...) takes, one rule for all: a
+bare number is seconds, as the Python API's dicts have always given them; quoted text must carry its unit."""
+
+
 def _seconds(field: str, value: Any, maximum: float = MAX_SPAN_S, what: str = "a century") -> float:
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
-        raise ConfigError(f"{field}: {value!r} is not valid; expected a time with its unit, e.g. 90s, 10min, 4h, 1d"
-                          ) from exc
+        raise ConfigError(f"{field}: {value!r} is not valid; expected {TIME_FORMS}") from exc
     if not math.isfinite(s):
         raise _fail(field, value, "expected a finite time, e.g. 90s, 10min, 4h, 1d")
     if s > maximum:  # past it the tables print 30-digit seconds, and a start past 2^53 s makes a step infinite
