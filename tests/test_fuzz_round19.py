@@ -51,6 +51,17 @@ def test_choices_take_any_letter_case_and_echo_the_canonical_name(capsys):
     _refused(["predict", "--link", "InfiniBandX", "--gpus", "8"], capsys, "--link", "InfiniBandX", "choose one of")
 
 
+def test_choices_outside_a_predict_config_take_any_case_too(tmp_path, capsys):
+    """collective's --op/-d, goodput's --elastic and a mix file's placement: the same helper."""
+    args = ["collective", "--link", "infiniband", "--gpus", "8", "-e", "1K", "--json"]
+    assert _json(args[:1] + ["--op", "All_Reduce", "-d", "Float"] + args[1:], capsys) == \
+        _json(args[:1] + ["--op", "all_reduce", "-d", "float"] + args[1:], capsys)
+    path = tmp_path / "m.yaml"
+    path.write_text("cluster: {link: InfiniBand, gpus: 64}\nplacement: Packed\nhorizon: 1h\njobs:\n"
+                    "  - {name: a, model: GPT2, gpus: 16, placement: Spread}\n")
+    check_outcome(run_cli(["mix", str(path)], capsys), ["mix"], "ok")
+
+
 def test_the_python_api_canonicalises_choices():
     import dpsim
     from dpsim.wording import canonical_choice
