@@ -1348,13 +1348,16 @@ def canonical_name(key: str, value: Any) -> Any:
     """A choice typed in other letter case as its canonical (lower-case) name, so ``--link InfiniBand`` is
     taken as ``--gpu H100`` always was and ``--json``'s ``config`` echoes ``infiniband``; a model path or shape
     (``transformer:...``, ``config.json``) is no catalog name and is kept as typed."""
-    if not isinstance(value, str) or value == value.lower() or key not in _CASE_FREE:
+    if not isinstance(value, str) or value == value.lower() or key not in _case_free():
         return value
     return canonical_choice(value, _named_choices(key))
 
 
-_CASE_FREE = frozenset({"link", "gpu", "model"}) | frozenset(k for k in SETTINGS if field_kind(k)[2])
-"""Settings whose value is one of a closed set of lower-case names: any letter case names the same one."""
+@cache
+def _case_free() -> frozenset[str]:
+    """Settings whose value is one of a closed set of lower-case names: any letter case names the same one
+    (found on first use: reading the type hints at import would slow every command's start)."""
+    return frozenset({"link", "gpu", "model"}) | frozenset(k for k in SETTINGS if field_kind(k)[2])
 
 
 def _check_part(part: Any) -> None:
