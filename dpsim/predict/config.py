@@ -29,7 +29,7 @@ from typing import Any, Literal
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.hardware import power_cap_throughput
+from dpsim.hardware import GPU_PRESETS, power_cap_throughput
 from dpsim.limits import (
     plain_number,
     MAX_BUCKET_CAP_MB,
@@ -70,7 +70,9 @@ from dpsim.strategies.registry import (
     check_zero_options,
     honours,
 )
+from dpsim.topology.load import preset_names
 from dpsim.wording import canonical_choice, count
+from dpsim.workload.catalog import list_models
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -1330,16 +1332,10 @@ def _named_choices(key: str) -> Any:
     """The names a setting without a ``Literal`` type chooses among (read only for a value not already
     lower-case, so the common case reads no directory)."""
     if key == "link":
-        from dpsim.topology.load import preset_names
-
         return preset_names()
     if key == "gpu":
-        from dpsim.hardware import GPU_PRESETS
-
         return GPU_PRESETS
     if key == "model":
-        from dpsim.workload.catalog import list_models
-
         return list_models()
     return field_kind(key)[2]
 
