@@ -188,6 +188,10 @@ MAX_REPEATS = 10_000
 """``dpsim calibrate --warmup/--iters``."""
 MAX_TIMEOUT_S = 86_400.0
 """``--timeout`` (a day)."""
+MIN_TIMEOUT_S = 1.0
+"""``--timeout``'s least: each rank's watchdog (dpsim/measure/timing.py) looks every 0.5 s, so a shorter limit
+cannot be kept to, and a healthy iteration of a large collective can itself take most of a second;
+``--timeout 1e-308`` was taken and ended the run "no progress for 0 s"."""
 MAX_EMULATED_HOSTS = 64
 """``dpsim validate --emulate-hosts`` / ``testbed up --hosts``: every host is a network
 namespace and a training process on this machine."""

@@ -161,4 +161,9 @@ def format_seconds(duration_s: float) -> str:
         return f"{duration_s:.3f} s"
     if duration_s >= 1e-3:
         return f"{duration_s * 1e3:.2f} ms"
-    return f"{duration_s * 1e6:.1f} us"
+    text = f"{duration_s * 1e6:.1f} us"
+    if duration_s > 0 and text == "0.0 us":
+        # plan --rank goodput at --mtbf-gpu 1e-308s said "fails every 0.0 us"; as goodput words it, three
+        # significant digits in seconds.
+        return f"{duration_s:.3g} s"
+    return text

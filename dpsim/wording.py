@@ -37,3 +37,16 @@ def index_range(prefix: str, n: int) -> str:
 def count_are(n: int, noun: str, plural: str | None = None) -> str:
     """"1 server is" or "2 servers are"."""
     return f"{count(n, noun, plural)} {'is' if n == 1 else 'are'}"
+
+
+def canonical_choice(value: object, choices) -> object:
+    """The choice among ``choices`` that ``value`` spells in other letter case (``"InfiniBand"`` ->
+    ``"infiniband"``, ``"DDP"`` -> ``"ddp"``), so that every choice flag takes any case as ``--gpu`` and
+    ``--model`` always have; ``value`` itself where it is a choice already, is not text, or matches no choice
+    or more than one (then the caller's check refuses it, naming the choices). Every choice a command parses
+    (the settings of a ``PredictConfig``, ``--link`` presets, ``--rank``, ...) goes through here."""
+    if not isinstance(value, str) or value in choices:
+        return value
+    folded = value.strip().casefold()
+    matches = [c for c in choices if isinstance(c, str) and c.casefold() == folded]
+    return matches[0] if len(matches) == 1 else value

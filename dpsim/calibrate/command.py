@@ -23,7 +23,7 @@ from dpsim.errors import ConfigError
 from dpsim.files import path_kind, refuse_special_output
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import get_gpu
-from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S
+from dpsim.limits import MAX_FRESH_PROCESSES, MAX_REPEATS, MAX_TIMEOUT_S, MIN_TIMEOUT_S, check_number
 from dpsim.memory import HOST_MEMORY_SHARE, check_cpu_ranks_fit, memory_breakdown
 from dpsim.memory import host_available_bytes as _available_memory_bytes
 from dpsim.profile.io import save_profile
@@ -245,8 +245,7 @@ def _validate(opts: CalibrateOptions) -> None:
         raise ConfigError(f"--max-iters: {opts.max_iters} is not valid; expected an integer <= {MAX_REPEATS:,}")
     if opts.max_iters is not None and opts.iters is not None and opts.max_iters < opts.iters:
         raise ConfigError(f"--max-iters: {opts.max_iters} is not valid; expected at least --iters ({opts.iters})")
-    if not (math.isfinite(opts.timeout_s) and opts.timeout_s > 0):
-        raise ConfigError(f"--timeout: {opts.timeout_s} is not valid; expected a number of seconds > 0")
+    check_number(opts.timeout_s, "--timeout", MIN_TIMEOUT_S, MAX_TIMEOUT_S, unit=" s")
     if not (math.isfinite(opts.ci) and 0 < opts.ci < 1):
         raise ConfigError(f"--ci: {opts.ci} is not valid; expected a fraction in (0, 1), e.g. 0.02 for +-2 %")
     if not (math.isfinite(opts.budget_s) and 0 < opts.budget_s <= MAX_TIMEOUT_S):

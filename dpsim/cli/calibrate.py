@@ -18,6 +18,7 @@ from dpsim.limits import (
     MAX_SEQ_LEN,
     MAX_TEXT_CHARS,
     MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
     check_int,
     check_number,
     short,
@@ -219,7 +220,7 @@ def _check_bounds(*, nproc, ranks_per_node, minbytes, maxbytes, stepfactor, warm
                                 ("--seq-len", seq_len, 1, MAX_SEQ_LEN)):
         if value is not None:
             check_int(value, flag, lo, hi)
-    check_number(timeout, "--timeout", 0, MAX_TIMEOUT_S, open_below=True, unit=" s")
+    check_number(timeout, "--timeout", MIN_TIMEOUT_S, MAX_TIMEOUT_S, unit=" s")
     if minbytes is not None or maxbytes is not None or stepfactor is not None:
         # Unset ends take the GPU defaults (8 B .. 1 GiB, by 2) for the row count.
         size_sweep(minbytes or "8", maxbytes or "1G", 2.0 if stepfactor is None else stepfactor,

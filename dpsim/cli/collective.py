@@ -11,6 +11,7 @@ from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import size_sweep
 from dpsim.cli.panels import CALIBRATION, CLUSTER, OUTPUT, WORKLOAD
 from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_GPUS, MAX_SIZE_ROWS
+from dpsim.wording import canonical_choice
 
 
 def collective(
@@ -47,10 +48,12 @@ def collective(
                                  rich_help_panel=OUTPUT),
 ) -> None:
     """Predict a collective over a size sweep, printed like nccl-tests' *_perf tools."""
-    from dpsim.predict.collective import predict_collective
+    from dpsim.predict.collective import TYPE_BYTES, predict_collective
     from dpsim.predict.config import PredictConfig
+    from dpsim.collectives.ops import OPS
     from dpsim.report.text import nccl_tests_table
 
+    op, dtype = canonical_choice(op, OPS), canonical_choice(dtype, TYPE_BYTES)  # the table prints the names too
     lo, hi, _ = size_sweep(minbytes, maxbytes, stepfactor, max_bytes=MAX_COLLECTIVE_BYTES)
     report = predict_collective(PredictConfig(gpus=gpus, link=link if link is not None or topology is not None
                                                               else "nvlink", topology_file=topology, gpus_per_node=gpus_per_node,

@@ -12,6 +12,7 @@ from dpsim.cli.app import _emit_json
 from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
+from dpsim.wording import canonical_choice
 
 PLAN_FIELDS = ("link", "topology_file", "gpus_per_node", "gpu", "model", "seq_len", "input_shape", "mtp_depth",
                "flash_attention",
@@ -141,6 +142,7 @@ def plan_command(
                           "(samples per optimizer step, e.g. --global-batch 1024)")
     if tokens is not None and samples is not None:
         raise ConfigError("--tokens and --samples: give one budget, not both")
+    rank = canonical_choice(rank, RANKINGS)
     if rank not in RANKINGS:
         raise ConfigError(f"--rank: {rank!r} is not known; choose one of {', '.join(RANKINGS)}")
     for name, value, low, high in (("--top", top, 1, MAX_TOP), ("--verify", verify, 0, MAX_VERIFY)):

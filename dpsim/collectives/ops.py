@@ -14,6 +14,7 @@ from typing import Protocol
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.units import MiB
+from dpsim.wording import canonical_choice
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 """Collectives dpsim models, in nccl-tests naming."""
@@ -25,6 +26,7 @@ BROADCAST_SLICE_BYTES = 4 * MiB // 8
 
 def check_op(op: str) -> str:
     """``op`` if it is a collective dpsim models, else a one-line ConfigError."""
+    op = canonical_choice(op, OPS)
     if op not in OPS:
         raise ConfigError(f"--op: {op!r} is not a collective; choose one of {', '.join(OPS)}")
     return op

@@ -42,6 +42,7 @@ from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, short
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
+from dpsim.wording import canonical_choice
 from dpsim.workload.model_ref import model_ref_next_to
 
 POLICIES = ("packed", "spread", "rail-aligned", "topology-aware")
@@ -280,12 +281,16 @@ def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -
     return value
 
 
+TIME_FORMS = "a time with its unit (90s, 10min, 4h, 1d) or a plain YAML number of seconds (90)"
+"""What every time of a mix file (``horizon``, a job's ``start``, an event's ``at``, ...) takes, one rule for all: a
+bare number is seconds, as the Python API's dicts have always given them; quoted text must carry its unit."""
+
+
 def _seconds(field: str, value: Any, maximum: float = MAX_SPAN_S, what: str = "a century") -> float:
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
-        raise ConfigError(f"{field}: {value!r} is not valid; expected a time with its unit, e.g. 90s, 10min, 4h, 1d"
-                          ) from exc
+        raise ConfigError(f"{field}: {value!r} is not valid; expected {TIME_FORMS}") from exc
     if not math.isfinite(s):
         raise _fail(field, value, "expected a finite time, e.g. 90s, 10min, 4h, 1d")
     if s > maximum:  # past it the tables print 30-digit seconds, and a start past 2^53 s makes a step infinite
@@ -329,7 +334,7 @@ def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkp
         raise ConfigError(f"{where}: give steps or duration, not both (steps={steps}, duration={data['duration']!r})")
     if duration is not None and duration <= 0:
         raise _fail(f"{where}.duration", data["duration"], "expected a time > 0")
-    policy = data.get("placement", default_policy)
+    policy = canonical_choice(data.get("placement", default_policy), POLICIES)
     nodes = data.get("nodes")
     if nodes is not None:
         if "placement" in data:
@@ -485,7 +490,7 @@ def mix_from_dict(data: Any) -> MixSpec:
     horizon = _seconds("horizon", data["horizon"]) if data.get("horizon") is not None else None
     if horizon is not None and horizon <= 0:
         raise _fail("horizon", data["horizon"], "expected a time > 0")
-    policy = data.get("placement", "packed")
+    policy = canonical_choice(data.get("placement", "packed"), POLICIES)
     if policy not in POLICIES:
         raise _fail("placement", policy, f"choose one of {', '.join(POLICIES)}")
     raw_jobs = data.get("jobs")

@@ -16,7 +16,7 @@ from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation, parse_degradation
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
-from dpsim.predict.config import SETTINGS, PredictConfig, check_value, field_kind, plain_number
+from dpsim.predict.config import SETTINGS, PredictConfig, canonical_name, check_value, field_kind, plain_number
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.variability.spec import VariabilitySpec
@@ -238,7 +238,7 @@ class SweepSpec:
                 raise ConfigError(f"{_where(origin, axis)}: [] has no values; give at least one")
             converted = []
             for v in values:
-                value = convert_value(axis, v, origin)
+                value = canonical_name(axis, convert_value(axis, v, origin))
                 if axis == "topology_file" and value is not None and base_dir is not None:
                     value = str((base_dir / value)) if not Path(value).is_absolute() else value
                 if base_dir is not None and axis == "model":

@@ -50,6 +50,7 @@ from dpsim.profile.once import reads_profiles_once
 from dpsim.strategies.registry import zero_shard_group
 from dpsim.variability.run import VariabilityReport, predict_with_variability
 from dpsim.variability.spec import DEFAULT_SAMPLES, NOISE_DISTRIBUTIONS, VariabilitySpec
+from dpsim.wording import canonical_choice
 from dpsim.workload.precision import get_precision
 
 VARIABILITY_FLAGS = ("--noise-cv, --noise-dist, --straggler, --degrade, --hiccup-rate-per-s, --hiccup-s, "
@@ -227,6 +228,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     _check_numbers(tokens=tokens, duration_s=duration_s, rates=rates, checkpoint_interval_s=checkpoint_interval_s,
                    checkpoint_write_s=checkpoint_write_s, checkpoint_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s,
                    restart_s=restart_s, replace_s=replace_s)
+    policy = canonical_choice(policy, POLICIES)
     if policy not in POLICIES:
         raise ConfigError(f"--elastic: {policy!r} is not valid; choose one of {', '.join(POLICIES)}")
     # Taken as Python's numbers (numpy's scalars from np.arange or a DataFrame were refused "np.int64(3) is not

@@ -264,7 +264,9 @@ def layout_goodput(*, work_s: float, cluster: ClusterShape, checkpoint: Checkpoi
     hopeless = not work_s / m <= MAX_FAILURES_PER_RUN
     tau = continuous_optimum_s(checkpoint.write_s, m) if hopeless else model_optimum_s(
         work_s, checkpoint.write_s, restart, m, down)
-    if not (math.isfinite(tau) and tau > 0):
+    if not (math.isfinite(tau) and tau > 0 and math.isfinite(work_s / tau)):
+        # A subnormal MTBF (--mtbf-gpu 1e-308s) made the optimum so short that work / interval overflowed
+        # (OverflowError in expected_wall_time_s's segment count); such a job never finishes at any interval.
         tau = work_s
     wall = expected_wall_time_s(work_s, tau, checkpoint.write_s, restart, m, down)
     bare = expected_wall_time_s(work_s, tau, checkpoint.write_s, restart, m, failures.replace_s)

@@ -196,6 +196,7 @@ from dpsim.workload.precision import (FP8_PARAMS_STRATEGIES, check_fp8_params_st
                                       get_precision)
 from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import VariabilitySpec
+from dpsim.wording import canonical_choice
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -2565,6 +2566,7 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
         if budget is not None:
             check_number(budget, flag, 1, MAX_TOKENS)  # at least one, as the command line's parse_count
+    rank_by = canonical_choice(rank_by, RANKINGS)
     if rank_by not in RANKINGS:
         raise ConfigError(f"--rank: {rank_by!r} is not known; choose one of {', '.join(RANKINGS)}")
     if rank_by in ("cost", "goodput") and tokens is None and samples is None:

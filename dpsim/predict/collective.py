@@ -18,6 +18,7 @@ from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, is_finite, plain_n
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import build_collectives, resolve_topology
+from dpsim.wording import canonical_choice
 
 TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1}
 """nccl-tests' ``-d`` data types and their sizes in bytes."""
@@ -87,6 +88,7 @@ def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbyte
     """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to
     ``maxbytes``, each rounded down to whole elements of ``dtype`` (and whole ranks' shares for
     reduce_scatter and all_gather), as nccl-tests does."""
+    op, dtype = canonical_choice(op, OPS), canonical_choice(dtype, TYPE_BYTES)
     if not isinstance(op, str) or op not in OPS:
         raise ConfigError(f"--op: {short(op)} is not a collective; choose one of {', '.join(OPS)}")
     if not isinstance(dtype, str) or dtype not in TYPE_BYTES:  # (a list: unhashable, a TypeError)

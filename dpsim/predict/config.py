@@ -29,7 +29,7 @@ from typing import Any, Literal
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.hardware import power_cap_throughput
+from dpsim.hardware import GPU_PRESETS, power_cap_throughput
 from dpsim.limits import (
     plain_number,
     MAX_BUCKET_CAP_MB,
@@ -70,7 +70,9 @@ from dpsim.strategies.registry import (
     check_zero_options,
     honours,
 )
-from dpsim.wording import count
+from dpsim.topology.load import preset_names
+from dpsim.wording import canonical_choice, count
+from dpsim.workload.catalog import list_models
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
@@ -1326,12 +1328,41 @@ def stage_layers_text(value: Any) -> Any:
     return ",".join(str(int(c)) for c in value)
 
 
+def _named_choices(key: str) -> Any:
+    """The names a setting without a ``Literal`` type chooses among (read only for a value not already
+    lower-case, so the common case reads no directory)."""
+    if key == "link":
+        return preset_names()
+    if key == "gpu":
+        return GPU_PRESETS
+    if key == "model":
+        return list_models()
+    return field_kind(key)[2]
+
+
+def canonical_name(key: str, value: Any) -> Any:
+    """A choice typed in other letter case as its canonical (lower-case) name, so ``--link InfiniBand`` is
+    taken as ``--gpu H100`` always was and ``--json``'s ``config`` echoes ``infiniband``; a model path or shape
+    (``transformer:...``, ``config.json``) is no catalog name and is kept as typed."""
+    if not isinstance(value, str) or value == value.lower() or key not in _case_free():
+        return value
+    return canonical_choice(value, _named_choices(key))
+
+
+@cache
+def _case_free() -> frozenset[str]:
+    """Settings whose value is one of a closed set of lower-case names: any letter case names the same one
+    (found on first use: reading the type hints at import would slow every command's start)."""
+    return frozenset({"link", "gpu", "model"}) | frozenset(k for k in SETTINGS if field_kind(k)[2])
+
+
 def _check_part(part: Any) -> None:
     """Each setting of one part against its own rule (:func:`check_value`); a part is valid alone."""
     for f in fields(part):
         key = setting_key(f)
         value = getattr(part, f.name)
         plain = stage_layers_text(value) if key == "stage_layers" else plain_number(value, field_kind(key)[0])
+        plain = canonical_name(key, plain)
         if plain is not value:
             object.__setattr__(part, f.name, plain)
         check_value(key, plain)

@@ -30,6 +30,7 @@ from dpsim.strategies.shards import (
     units_shard_numel,
 )
 from dpsim.strategies.zero import build_zero1, build_zero2
+from dpsim.wording import canonical_choice
 from dpsim.workload.spec import ModelSpec
 
 __all__ = [
@@ -141,7 +142,7 @@ UNIT_STRATEGIES = tuple(key for key, r in REGISTRY.items() if r.shards_per_unit)
 
 def get_strategy(name: str) -> StrategyRecord:
     """The record of a ``--strategy`` key (a :class:`ConfigError` naming the keys if unknown)."""
-    record = REGISTRY.get(name) if isinstance(name, str) else None
+    record = REGISTRY.get(canonical_choice(name, REGISTRY)) if isinstance(name, str) else None
     if record is None:
         raise ConfigError(f"--strategy: {name!r} is not known; choose one of {', '.join(REGISTRY)}")
     return record

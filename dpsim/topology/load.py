@@ -51,6 +51,7 @@ from dpsim.topology.transport import (
     effective_nic_efficiency,
 )
 from dpsim.units import GB, US, gbit_per_s_to_bytes_per_s
+from dpsim.wording import canonical_choice
 
 # ----------------------------------------------------------------------------- YAML
 
@@ -540,6 +541,7 @@ def preset_names() -> list[str]:
 def load_preset(name: str) -> TopologySpec:
     """Load a built-in topology preset by name."""
     names = preset_names()
+    name = canonical_choice(name, names)
     if name not in names:
         raise TopologyError(f"--link: {name!r} is not a preset; choose one of {', '.join(names)}")
     return _preset(name)

@@ -328,9 +328,28 @@ def get_entry(name: str) -> CatalogEntry:
     try:
         return CATALOG_ENTRIES[name.strip().lower()]
     except (KeyError, AttributeError):
+        folder = _config_json_in(name)
+        if folder is not None:
+            # A model repository's folder: the loader reads its config.json, which the user must name (a folder
+            # called like a catalog key, gpt2/, would otherwise mean two models).
+            raise WorkloadError(f"--model: {name!r} is a directory, not a catalog model; it holds a transformers "
+                                f"config.json: give that file, --model {folder}") from None
         raise WorkloadError(
             f"--model: {name!r} is not a catalog model; choose one of {', '.join(list_models())}"
         ) from None
+
+
+def _config_json_in(name: object) -> str | None:
+    """The path of ``name``/config.json where ``name`` is a directory holding one; never raises."""
+    import os
+
+    if not isinstance(name, str) or not name.strip():
+        return None
+    try:
+        candidate = os.path.join(name, "config.json")
+        return candidate if os.path.isdir(name) and os.path.isfile(candidate) else None
+    except (OSError, ValueError):
+        return None
 
 
 def find_entry(name: object) -> CatalogEntry | None:
