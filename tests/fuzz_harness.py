@@ -119,3 +119,15 @@ def check_outcome(outcome: Outcome, args: list[str], expect: str, needles: tuple
             assert needle in lines[0], f"{what}: {needle!r} not named in {lines[0]!r}"
     else:
         check_sane_output(outcome.out, what)
+
+
+def refused(args: list[str], capsys, *words: str) -> str:
+    """Run ``dpsim ARGS``, check it was refused in one line with no traceback, naming every one of ``words``;
+    return that line (every fuzz round's refusal check)."""
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "error")
+    line = outcome.err.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    for word in words:
+        assert word in line, line
+    return line

@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz_harness import check_outcome, run_cli
+from tests.fuzz_harness import refused as _refused
 from tests.fuzz_harness import run_json as _json
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 
-def _refused(args, capsys, *words) -> str:
-    outcome = run_cli(args, capsys)
-    check_outcome(outcome, args, "error")
-    line = outcome.err.strip()
-    assert "Traceback" not in line and len(line.splitlines()) == 1, line
-    for word in words:
-        assert word in line, line
-    return line
 
 
 # --- 1. one function for a parameter all-gather's bytes ---------------------------------------------------------------

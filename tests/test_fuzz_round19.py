@@ -13,20 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz_harness import check_outcome, run_cli
+from tests.fuzz_harness import refused as _refused
 from tests.fuzz_harness import run_json as _json
 
 REPO = Path(__file__).resolve().parent.parent
 _LOG = str(REPO / "calibration" / "reference" / "nccl-tests" / "8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log")
 
 
-def _refused(args, capsys, *words) -> str:
-    outcome = run_cli(args, capsys)
-    check_outcome(outcome, args, "error")
-    line = outcome.err.strip()
-    assert "\n" not in line and "Traceback" not in line, line
-    for word in words:
-        assert word in line, line
-    return line
 
 
 # --- 1. a choice in other letter case -------------------------------------------------------------------------------
