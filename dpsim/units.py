@@ -146,6 +146,12 @@ def format_number(value: float, decimals: int = 0) -> str:
     return f"{value:,.{decimals}f}" if abs(value) < 1e12 else f"{value:.3g}"
 
 
+def seconds_in_words(value_s: float) -> str:
+    """``12.3 s``, or ``over 1e308 s`` for a time that overflowed: an error line never prints ``inf``
+    (``--input-samples-per-s 1e-308`` loaded a step "in inf s")."""
+    return f"{value_s:.3g} s" if math.isfinite(value_s) else "over 1e308 s"
+
+
 def format_seconds(duration_s: float) -> str:
     """Human-readable duration, e.g. ``12.3 ms``, ``2.50 h``, ``3.1 d``; never more than a few digits."""
     if not math.isfinite(duration_s):

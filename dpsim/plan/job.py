@@ -48,6 +48,7 @@ from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.profile.once import reads_profiles_once
 from dpsim.strategies.registry import zero_shard_group
+from dpsim.units import seconds_in_words
 from dpsim.variability.run import VariabilityReport, predict_with_variability
 from dpsim.variability.spec import DEFAULT_SAMPLES, NOISE_DISTRIBUTIONS, VariabilitySpec
 from dpsim.wording import canonical_choice
@@ -178,11 +179,6 @@ def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_inter
                           f"(dpsim.plan.reliability)")
 
 
-def _seconds(value: float) -> str:
-    """``12.3 s``, or ``over 1e308 s`` for a time that overflowed (an error line never prints ``inf``)."""
-    return f"{value:.3g} s" if math.isfinite(value) else "over 1e308 s"
-
-
 def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_per_node: int) -> int:
     """Data-parallel ranks the checkpointed optimizer state is sharded over: the strategy's group, or
     ``--zero-group`` (InternLM's zero1 and HSDP shard the state within groups of that many consecutive ranks
@@ -285,7 +281,7 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
             # The restart below adds the write (its read back), and would be blamed for a bandwidth given here.
             raise ConfigError(f"--checkpoint-bandwidth: {checkpoint_bandwidth_bytes_per_s:g} B/s is not valid; writing "
                               f"the busiest node's {ck.node_bytes:.3g} bytes of checkpoint would take "
-                              f"{_seconds(checkpoint_write_s)}, over {MAX_RECOVERY_S:g} s (a year); give a larger "
+                              f"{seconds_in_words(checkpoint_write_s)}, over {MAX_RECOVERY_S:g} s (a year); give a larger "
                               f"bandwidth")
     elif not 0 <= checkpoint_write_s <= MAX_RECOVERY_S:
         # Checked here, not only in CheckpointPolicy: the restart below adds it, and would be blamed for it.

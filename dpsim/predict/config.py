@@ -71,6 +71,7 @@ from dpsim.strategies.registry import (
     honours,
 )
 from dpsim.topology.load import preset_names
+from dpsim.units import seconds_in_words
 from dpsim.wording import canonical_choice, count
 from dpsim.workload.catalog import list_models
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
@@ -1142,10 +1143,9 @@ class PredictConfig:
             # the same bound as a single GPU's step (--single-gpu-step-ms).
             load_s = w.micro_batch * self.micro_batches / w.input_samples_per_s
             if load_s > MAX_SINGLE_GPU_STEP_S:
-                # 1e-308 samples/s overflows the time to inf, which the line printed as "in inf s".
-                took = f"in {load_s:.3g} s" if math.isfinite(load_s) else "in over 1e308 s"
                 raise ConfigError(f"--input-samples-per-s: {w.input_samples_per_s:g} loads the "
-                                  f"{w.micro_batch * self.micro_batches:,} samples of a GPU's step {took}; "
+                                  f"{w.micro_batch * self.micro_batches:,} samples of a GPU's step in "
+                                  f"{seconds_in_words(load_s)}; "
                                   f"expected a step of at most {MAX_SINGLE_GPU_STEP_S:g} s (a faster loader)")
         if g.comm_hook != "powersgd":
             for name in ("powersgd_rank", "powersgd_start_iter"):

@@ -82,6 +82,7 @@ Units (``LayerSpec.unit``)
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Callable
 
@@ -341,8 +342,6 @@ def get_entry(name: str) -> CatalogEntry:
 
 def _config_json_in(name: object) -> str | None:
     """The path of ``name``/config.json where ``name`` is a directory holding one; never raises."""
-    import os
-
     if not isinstance(name, str) or not name.strip():
         return None
     try:
