@@ -871,6 +871,11 @@ def _pool_samples(rows, regime: Regime, pool: str, knobs: dict[str, Knobs], matc
     return centre + np.sign(samples - centre) * np.maximum(np.abs(samples - centre) + _margin(rows, knobs), 0.0)
 
 
+def _expm1(values: np.ndarray) -> np.ndarray:
+    """``expm1`` of each value, by the C library (see its use in :func:`log_interval`)."""
+    return np.array([math.expm1(x) for x in values])
+
+
 def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRow] | None = None,
                  knobs: dict[str, Knobs] | None = None,
                  ) -> tuple[float, float, dict, tuple[str, ...], tuple[str, ...]]:
@@ -902,7 +907,11 @@ def log_interval(regime: Regime, rows: tuple[ResidualRow, ...] | list[ResidualRo
         matched["exposed_share"] = round(share, 4)
         coll = _pool_samples(rows, regime, COLLECTIVE_POOL, knobs, matched, ids, widened)
         # measured = compute part x its error + exposed communication x its error
-        step = np.log(np.add.outer((1 - share) * np.expm1(step), share * np.expm1(coll)).ravel() + 1.0)
+        # math's scalar functions, not numpy's: numpy picks SIMD log/expm1 kernels by the CPU it runs
+        # on, whose last bits differ between machines (seen 2026-12-07: a golden interval end moved
+        # 3.5536831749166495 -> ...504 on an AVX-512 host); the C library's are the same everywhere.
+        mixed = np.add.outer((1 - share) * _expm1(step), share * _expm1(coll)).ravel()
+        step = np.array([math.log(x + 1.0) for x in mixed])
     assert regime.pools or share > 0, "a regime needs a pool"
     # each pool's samples already carry its conformal margin: plain p10 and p90 of their sum
     low, center, high = _order_statistics(step, (_TAILS[0], 0.5, _TAILS[1]))
