@@ -18,7 +18,7 @@ all routes at once with numpy, and shares links max-min with the sparse solver
 and classes are exactly the graph's (``tests/test_network.py`` checks route for route
 against BFS on :func:`~dpsim.topology.build_graph`), so reports can name a link such as
 ``leaf3.0 -> spine1``. Switch blocks are collapsed and ECMP is an even split over
-equal up-links (see :mod:`dpsim.network.fabric`).
+equal up-links (see :mod:`dpsim.topology.fabric`, where the hashing it leaves out is costed).
 
 Links come in *families* (:meth:`TierNetwork.families`: GPU up-links, PCIe links, NIC
 cables, each tier's up- and down-links...), each a grid of identical links, so the

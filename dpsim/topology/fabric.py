@@ -21,7 +21,13 @@ Layout (``topologies/README.md`` has the user-facing version):
   parallel switches are collapsed into one node and its parallel uplinks into one
   link: **ECMP is modelled as an even split of every flow over the equal-cost
   up-links** (per-packet spraying / adaptive routing), not as per-flow hashing, so
-  uplink capacity is never lost to hash collisions. A block's uplink capacity is its
+  uplink capacity is never lost to hash collisions. On Ethernet fabrics that hash RoCE
+  flows (5-tuple ECMP) that is an assumption: computed for NCCL's flows on these routes
+  (consecutive servers are ring neighbours, so one edge per ring leaves a leaf group)
+  the collision loss is under 1 %; it reaches ~3x the network time only when a job's
+  servers are scattered over leaves, which no validation source publishes
+  (``validation/ecmp_collisions.py``; validation/large_model_runs.md, section "Does ECMP
+  hashing on Ethernet explain the multi-node rows?"). A block's uplink capacity is its
   down-link total over the tier's oversubscription, always from the *full* design.
 - **NVLink domain.** ``nvlink_domain.nodes`` servers' NVSwitches join an NVLink switch
   tier (``nvl{d}``, NVL72-like); across domains traffic takes the NIC fabric.
