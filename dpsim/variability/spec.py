@@ -83,7 +83,7 @@ from dpsim.limits import (
 from dpsim.network.degrade import LinkDegradation
 from dpsim.stats import DEFAULT_CONFIDENCE
 from dpsim.units import NUMBER_PATTERN as _FACTOR
-from dpsim.wording import index_range, there_are
+from dpsim.wording import canonical_choice, index_range, there_are
 
 NOISE_DISTRIBUTIONS = ("normal", "lognormal")
 """Per-rank compute-noise distributions (both with mean 1 and the given CV)."""
@@ -154,6 +154,8 @@ class VariabilitySpec:
         for name, kind in (("noise_cv", float), ("hiccup_rate_per_s", float), ("hiccup_s", float), ("seed", int),
                            ("samples", int), ("confidence", float)):
             object.__setattr__(self, name, plain_number(getattr(self, name), kind))
+        # In any letter case, as every choice flag takes it (--noise-dist LogNormal was refused).
+        object.__setattr__(self, "noise_distribution", canonical_choice(self.noise_distribution, NOISE_DISTRIBUTIONS))
         if self.noise_cv is not None and not (is_finite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
             raise ConfigError(f"--noise-cv: {short(self.noise_cv)} is not valid; expected a number >= 0 and "
                               f"<= {MAX_NOISE_CV:g}")
