@@ -127,3 +127,15 @@ def test_overlap_fraction_is_never_negative(capsys):
     rows = _json(["sweep", "--model", "gpt2", "--gpus", "8", "--link", "infiniband", "--strategy", "zero2", "--json"],
                  capsys)["rows"]
     assert all(0.0 <= r["overlap_fraction"] <= 1.0 and math.isfinite(r["overlap_fraction"]) for r in rows)
+
+
+# --- 6. a flag the policy never reads -------------------------------------------------------------------------------
+def test_goodput_min_nodes_without_shrink_is_refused(capsys):
+    """Before: ``goodput --min-nodes 4`` under the default ``--elastic wait`` printed the same numbers as without it
+    (status 0): the floor is read by the shrink policy alone. The API's ``min_nodes=4`` likewise."""
+    refused(["goodput", "--model", "gpt2", "--gpus", "64", "--link", "infiniband", "--duration", "1d", "--runs", "2",
+             "--min-nodes", "4"], capsys, "--min-nodes", "4", "--elastic shrink")
+    with pytest.raises(DpsimError, match="--min-nodes: 4"):
+        dpsim.goodput(_config(gpus=64), duration_s=86400, runs=2, min_nodes=4)
+    # Under shrink it is read, as before.
+    assert dpsim.goodput(_config(gpus=64), duration_s=86400, runs=2, min_nodes=4, policy="shrink").n_nodes == 8
