@@ -139,3 +139,22 @@ def test_goodput_min_nodes_without_shrink_is_refused(capsys):
         dpsim.goodput(_config(gpus=64), duration_s=86400, runs=2, min_nodes=4)
     # Under shrink it is read, as before.
     assert dpsim.goodput(_config(gpus=64), duration_s=86400, runs=2, min_nodes=4, policy="shrink").n_nodes == 8
+
+
+# --- 7. a sweep point's stage layers as a list ----------------------------------------------------------------------
+def test_sweep_takes_a_points_stage_layers_as_a_list(tmp_path, capsys):
+    """Before: a sweep file's ``stage_layers: [[5, 9, 9, 9], [8, 8, 8, 8]]`` (and ``dpsim.sweep(stage_layers=[[5, 9,
+    9, 9]])``) was refused "[5, 9, 9, 9] is not valid; expected a string or null", though
+    ``PredictConfig(stage_layers=[5, 9, 9, 9])`` takes the list: each point's list now reads as its text."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("grid:\n  gpus: [16]\n  link: [infiniband]\n  model: [llama-2-7b]\n  pp: [4]\n  grad_accum: [8]\n"
+                    "  micro_batch: [1]\n  stage_layers: [[5, 9, 9, 9], '8,8,8,8']\n")
+    rows = _json(["sweep", "-c", str(grid), "--json"], capsys)["rows"]
+    assert [r["stage_layers"] for r in rows] == ["5,9,9,9", "8,8,8,8"]
+    frame = dpsim.sweep(gpus=16, link="infiniband", model="llama-2-7b", pp=4, grad_accum=8, micro_batch=1,
+                        stage_layers=[(5, 9, 9, 9)])
+    assert list(frame["stage_layers"]) == ["5,9,9,9"]
+    assert frame["step_time_s"][0] == rows[0]["step_time_s"]
+    # A list holding what is no block count is still refused, naming the axis.
+    with pytest.raises(DpsimError, match="sweep stage_layers: .* is not valid; expected block counts"):
+        dpsim.sweep(gpus=16, link="infiniband", model="llama-2-7b", pp=4, grad_accum=8, stage_layers=[[5, 9, 9, True]])
