@@ -158,3 +158,15 @@ def test_sweep_takes_a_points_stage_layers_as_a_list(tmp_path, capsys):
     # A list holding what is no block count is still refused, naming the axis.
     with pytest.raises(DpsimError, match="sweep stage_layers: .* is not valid; expected block counts"):
         dpsim.sweep(gpus=16, link="infiniband", model="llama-2-7b", pp=4, grad_accum=8, stage_layers=[[5, 9, 9, True]])
+
+
+def test_validate_choices_take_any_letter_case():
+    """Before: ``validate --optimizer AdamW`` was refused "'AdamW' is not valid; choose one of adamw, ..." and
+    ``--model GPT2`` "'GPT2' is not a catalog model", as calibrate's were (the case is checked before any rank)."""
+    from dpsim.validate.api import ValidationConfig
+
+    config = ValidationConfig(model="GPT2", micro_batch=1, bucket_cap_mb=None, world_size=2, nic_bits_per_s=None,
+                              optimizer="AdamW")
+    assert (config.model, config.optimizer) == ("gpt2", "adamw")
+    assert ValidationConfig(model="MLP", micro_batch=1, bucket_cap_mb=None, world_size=2,
+                            nic_bits_per_s=None).model == "mlp"
