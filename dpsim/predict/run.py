@@ -24,6 +24,7 @@ from dpsim.hardware import get_gpu, power_cap_throughput
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
 from dpsim.network.degrade import (
     calibrated_factors,
+    check_degradations,
     communicator_degradations,
     degradation_terms,
     names_one_link,
@@ -69,7 +70,6 @@ from dpsim.topology.cluster import Topology
 from dpsim.topology.load import load_cluster_spec
 from dpsim.topology.spec import TopologySpec, ddp_allreduce_after_backward, nic_fabric
 from dpsim.topology.transport import TRANSPORT_ASSUMPTION_NOTE
-from dpsim.variability.spec import VariabilitySpec
 from dpsim.wording import count
 from dpsim.workload.attention_rates import check_attention_kernel_on_gpu
 from dpsim.workload.catalog import get_model
@@ -309,8 +309,8 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
 def check_predict_arguments(*, degradations, model, topology) -> None:
     """:func:`predict`'s keyword arguments, checked as ``config`` is (a string, a list of strings or a
     number was an AttributeError or TypeError deep in the run): ``degradations`` by the validator of
-    ``--degrade`` (:class:`~dpsim.variability.spec.VariabilitySpec`), ``model`` and ``topology`` by type."""
-    VariabilitySpec(degradations=degradations)
+    ``--degrade`` (:func:`~dpsim.network.degrade.check_degradations`), ``model`` and ``topology`` by type."""
+    check_degradations(degradations)
     for name, value, kind, example in (("model", model, ModelSpec, "dpsim.workload.catalog.get_model('gpt2')"),
                                        ("topology", topology, Topology, "leave it out: config.link names one")):
         if value is not None and not isinstance(value, kind):
