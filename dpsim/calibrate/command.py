@@ -40,6 +40,10 @@ from dpsim.workload.spec import ModelSpec
 
 OPTIMIZERS = ("adamw", "adam", "sgd-momentum", "sgd")
 """``--optimizer`` names (predict's, :data:`dpsim.measure.trainstep.OPTIMIZERS`; this module does not import torch)."""
+BACKENDS = ("nccl", "gloo")
+"""``--backend`` values: NCCL on GPUs, gloo on CPUs."""
+MATMUL_DTYPES = ("float32", "bfloat16", "float16", "float64")
+"""``--dtypes`` values the matmul benchmark times."""
 
 GPU_SIZES = (8, 2**30, 2.0)
 """nccl-tests' usual sweep on GPUs: 8 B .. 1 GiB, doubling."""
@@ -229,7 +233,7 @@ def _finish(profile: Profile, opts: CalibrateOptions) -> Path | None:
 
 
 def _validate(opts: CalibrateOptions) -> None:
-    if opts.backend is not None and opts.backend not in ("nccl", "gloo"):
+    if opts.backend is not None and opts.backend not in BACKENDS:
         raise ConfigError(f"--backend: {opts.backend!r} is not valid; choose nccl or gloo")
     for flag, value, lo in (("--nproc", opts.nproc, 2), ("--ranks-per-node", opts.ranks_per_node, 1),
                             ("--warmup", opts.warmup, 0), ("--iters", opts.iters, 1),
@@ -257,8 +261,8 @@ def _validate(opts: CalibrateOptions) -> None:
         if op not in PROFILE_OPS:
             raise ConfigError(f"--ops: {op!r} is not valid; choose from {', '.join(PROFILE_OPS)}")
     for dtype in opts.dtypes or []:
-        if dtype not in ("float32", "bfloat16", "float16", "float64"):
-            raise ConfigError(f"--dtypes: {dtype!r} is not valid; choose from float32, bfloat16, float16, float64")
+        if dtype not in MATMUL_DTYPES:
+            raise ConfigError(f"--dtypes: {dtype!r} is not valid; choose from {', '.join(MATMUL_DTYPES)}")
     if opts.model and ":" not in opts.model:
         if opts.model not in CATALOG_ENTRIES:
             raise ConfigError(f"--model: {opts.model!r} is not a catalog model or a builder (file.py:fn, "
@@ -501,6 +505,11 @@ def run_calibrate(opts: CalibrateOptions) -> tuple[Profile | None, Path | None]:
                   inputs=(("--model", model_file),) if model_file and model_file.endswith(".py") else ())
     detected, n_gpus = default_backend()
     backend = opts.backend or detected
+    if backend == "gloo" and opts.compute and opts.dtypes and "float32" not in opts.dtypes:
+        # predict costs a CPU profile's compute in float32 alone (check_cpu_compute): --dtypes float16 on CPUs wrote a
+        # profile every predict refused ("gpu 'cpu': no achieved rate for dtype 'float32-highest'").
+        raise ConfigError(f"--dtypes: {','.join(opts.dtypes)} leaves out float32, the only dtype predict costs a CPU "
+                          f"profile's compute in (--backend gloo); add float32 (e.g. --dtypes float32)")
     if backend == "nccl" and n_gpus == 0:
         raise ConfigError("--backend: 'nccl' needs CUDA GPUs and torch sees none; use --backend gloo")
     if torchrun:

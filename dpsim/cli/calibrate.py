@@ -10,6 +10,7 @@ from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import require_torch, size_sweep
 from dpsim.cli.panels import CLUSTER, MEASURED_COLLECTIVES, MEASURED_COMPUTE, NCCL_TESTS_LOGS, OUTPUT, REPEATS
 from dpsim.errors import ConfigError
+from dpsim.wording import canonical_choice
 from dpsim.limits import (
     MAX_CALIBRATE_BYTES,
     MAX_MICRO_BATCH,
@@ -25,10 +26,12 @@ from dpsim.limits import (
 )
 
 
-def _names(raw: Optional[str], flag: str) -> Optional[list[str]]:
+def _names(raw: Optional[str], flag: str, choices=()) -> Optional[list[str]]:
+    """A comma list of ``choices``, each in its canonical letter case (``--ops All_Reduce`` was refused where
+    every other choice flag takes any case), refused in one line when an item is empty or repeated."""
     if raw is None:
         return None
-    names = [x.strip() for x in raw.split(",")]
+    names = [canonical_choice(x.strip(), choices) for x in raw.split(",")]
     if not all(names):
         # An empty list read as "left out" (every op, the default dtypes): --ops '' measured everything.
         raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated names without empty items, or leave "
@@ -125,11 +128,16 @@ def calibrate(
     (buffers are really allocated) and 1,000 sizes, --warmup/--iters at most 10,000, --timeout at most a day.
     """
     from dpsim.calibrate.command import (
+        BACKENDS,
+        MATMUL_DTYPES,
+        OPTIMIZERS,
         CalibrateOptions,
         run_calibrate,
         run_from_nccl_tests,
     )
+    from dpsim.profile.schema import PROFILE_OPS
     from dpsim.units import parse_size_bytes
+    from dpsim.workload.catalog import CATALOG_ENTRIES
 
     _check_bounds(nproc=nproc, ranks_per_node=ranks_per_node, minbytes=minbytes, maxbytes=maxbytes,
                   stepfactor=stepfactor, warmup=warmup, iters=iters, timeout=timeout, micro_batch=micro_batch,
@@ -181,13 +189,16 @@ def calibrate(
                 why = "--no-compute turns the model step off" if model is not None else "no --model is given"
                 raise ConfigError(f"{flag}: {short(value)} applies to the --model step, and {why}; give --model "
                                   f"(without --no-compute) or leave {flag} out")
+    # Every choice in any letter case, as predict's (--backend GLOO, --optimizer AdamW, --model GPT2 were refused).
+    backend, optimizer = canonical_choice(backend, BACKENDS), canonical_choice(optimizer, OPTIMIZERS)
+    model = canonical_choice(model, CATALOG_ENTRIES) if model is not None and ":" not in model else model
     opts = CalibrateOptions(
         out=out, force=force, backend=backend, nproc=nproc, ranks_per_node=ranks_per_node,
         minbytes=parse_size_bytes(minbytes, "-b/--minbytes") if minbytes is not None else None,
         maxbytes=parse_size_bytes(maxbytes, "-e/--maxbytes") if maxbytes is not None else None,
-        stepfactor=stepfactor, ops=_names(ops, "--ops"), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
+        stepfactor=stepfactor, ops=_names(ops, "--ops", PROFILE_OPS), warmup=warmup, iters=iters, max_iters=max_iters, ci=ci,
         budget_s=budget, optimizer=optimizer, timeout_s=timeout,
-        compute=compute, dtypes=_names(dtypes, "--dtypes"), model=model, micro_batch=micro_batch, seq_len=seq_len,
+        compute=compute, dtypes=_names(dtypes, "--dtypes", MATMUL_DTYPES), model=model, micro_batch=micro_batch, seq_len=seq_len,
         input_shape=input_shape, fresh_processes=fresh_processes,
         name=name, description=description, nccl_tests_logs=logs, quiet=quiet or as_json,
     )

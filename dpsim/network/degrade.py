@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.frozen import frozen_dataclass
+from dpsim.limits import MAX_REPEATED_FLAGS, MIN_DEGRADED_FRACTION, short
 from dpsim.network.tiers import TierNetwork
 from dpsim.topology.cluster import Topology
 from dpsim.topology.spec import nic_fabric
@@ -38,6 +39,34 @@ class LinkDegradation:
     def label(self) -> str:
         """The flag value that describes it, e.g. ``node3.nic0:50%``."""
         return f"{self.link}:{100 * self.capacity_fraction:g}%"
+
+
+def check_parsed_items(items: Any, flag: str, kind: type, parser: str) -> None:
+    """A repeatable flag's items as Python gives them: a tuple (or list) of ``kind``, at most
+    :data:`~dpsim.limits.MAX_REPEATED_FLAGS`; a string where the parsed objects belong was an AttributeError
+    deep in the run. ``parser``: how to parse text into ``kind``, named in the refusal."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) \
+            or not all(isinstance(x, kind) for x in items):
+        raise ConfigError(f"{flag}: {short(items)} is not valid; expected a tuple of {kind.__name__} "
+                          f"(parse text with {parser})")
+    if len(items) > MAX_REPEATED_FLAGS:
+        raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
+
+
+def check_degradations(degradations: Any) -> None:
+    """``--degrade`` as every entry takes it (predict, plan, sweep, the variability spec): a tuple of
+    :class:`LinkDegradation` whose degradations of one link, multiplied, leave it at least
+    :data:`~dpsim.limits.MIN_DEGRADED_FRACTION` of its capacity."""
+    check_parsed_items(degradations, "--degrade", LinkDegradation,
+                       "dpsim.network.degrade.parse_degradation('nvlink:50%')")
+    left: dict[str, float] = {}
+    for d in degradations:
+        # Degradations of one link multiply: keep what is left of it within reach.
+        left[d.link] = left.get(d.link, 1.0) * d.capacity_fraction
+        if not left[d.link] >= MIN_DEGRADED_FRACTION:
+            raise ConfigError(f"--degrade: {d.label!r} leaves {100 * left[d.link]:.3g} % of {d.link}'s capacity "
+                              f"(all --degrade of that link multiplied); expected at least "
+                              f"{100 * MIN_DEGRADED_FRACTION:g} %")
 
 
 def parse_degradation(raw: str) -> LinkDegradation:

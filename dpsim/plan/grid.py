@@ -16,7 +16,8 @@ from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation, parse_degradation
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
-from dpsim.predict.config import SETTINGS, PredictConfig, canonical_name, check_value, field_kind, plain_number
+from dpsim.predict.config import (SETTINGS, PredictConfig, canonical_name, check_value, field_kind, plain_number,
+                                  stage_layers_text)
 from dpsim.profile.io import load_profile
 from dpsim.topology.load import load_preset, load_topology_file
 from dpsim.variability.spec import VariabilitySpec
@@ -71,6 +72,13 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
     kind, optional, choices = field_kind(axis)
     raw = plain_number(raw, kind)  # numpy's scalars, as PredictConfig takes them
     where = _where(origin, axis)
+    if axis == "stage_layers" and isinstance(raw, (list, tuple)):
+        # One point's block counts as a list (YAML's [5, 9, 9, 9], sweep(stage_layers=[[5, 9, 9, 9]])), as
+        # PredictConfig(stage_layers=[5, 9, 9, 9]) takes them: refused "expected a string or null".
+        try:
+            raw = stage_layers_text(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {re.sub(r'^[^:]*: ', '', str(exc), count=1)}") from None
     expected = _describe(kind, optional, choices)
     text = raw.strip() if isinstance(raw, str) else None
     if raw is None or (text is not None and text.lower() in _NONE_WORDS):

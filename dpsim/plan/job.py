@@ -232,6 +232,12 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     runs = check_int(runs, "--runs", 1, MAX_GOODPUT_RUNS)
     seed = check_int(seed, "--seed", 0, MAX_SEED)
     min_nodes = check_int(min_nodes, "--min-nodes", 1, MAX_GPUS)
+    if min_nodes != 1 and policy != "shrink":
+        # The floor of a shrinking job: under wait every failure waits for its replacement, and --min-nodes 4 was
+        # taken and dropped in silence (the same numbers as without it).
+        raise ConfigError(f"--min-nodes: {min_nodes} is the node count below which a shrinking job waits, and "
+                          f"--elastic is {policy} (every failure waits for its replacement); add --elastic shrink "
+                          f"or leave --min-nodes out")
     if checkpoint_interval_s is not None and not checkpoint_interval_s <= MAX_SPAN_S:
         raise ConfigError(f"--checkpoint-interval: {checkpoint_interval_s:g} s is not valid; expected at most "
                           f"{MAX_SPAN_S:g} s (a century)")

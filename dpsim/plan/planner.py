@@ -116,6 +116,7 @@ from dpsim.plan.reliability import (
 from dpsim.predict.config import (
     PLAN_DP_STRATEGIES,
     PredictConfig,
+    canonical_name,
     default_etp,
     check_moe_node_limit,
     check_value,
@@ -612,7 +613,7 @@ def parse_choice_list(text: str | None, flag: str, choices: Sequence[str]) -> tu
     """``"ddp,zero1"`` -> ``("ddp", "zero1")`` checked against ``choices``."""
     if text is None:
         return None
-    values = tuple(v.strip() for v in str(text).split(","))
+    values = canonical_choices(tuple(v.strip() for v in str(text).split(",")), choices)
     bad = [v for v in values if v not in choices]
     if not values or bad:
         raise ConfigError(f"{flag}: {text!r} is not valid; choose from {', '.join(choices)} (comma-separated)")
@@ -664,6 +665,15 @@ def _refuse_repeats(values: Sequence, flag: str) -> None:
         if v in seen:
             raise ConfigError(f"{flag}: {','.join(map(str, values))} repeats {v}; give each value once")
         seen.add(v)
+
+
+def canonical_choices(values: Any, choices: Sequence[str]) -> Any:
+    """Each name of a search axis in its canonical letter case (:func:`~dpsim.wording.canonical_choice`:
+    ``--strategies ZeRO1,FSDP`` and ``schedules=["GPipe"]`` were refused, though predict takes ``--strategy
+    ZeRO1`` and ``--schedule GPipe``); anything but a list or tuple is left for the check to refuse."""
+    if not isinstance(values, (list, tuple)):
+        return values
+    return type(values)(canonical_choice(v, choices) for v in values)
 
 
 def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None:
@@ -2550,6 +2560,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,
                                                                                micro_batches))
     check_value("global_batch", global_batch)
+    strategies, recomputes, schedules = (canonical_choices(v, c) for v, c in (
+        (strategies, PLAN_DP_STRATEGIES), (recomputes, PLAN_RECOMPUTES), (schedules, PLAN_SCHEDULES)))
+    # The job's choices in any letter case, as PredictConfig takes the same fields (--cp-comm A2A was refused).
+    tp_comm_overlap, cp_comm = canonical_name("tp_comm_overlap", tp_comm_overlap), canonical_name("cp_comm", cp_comm)
     check_search(gpus=gpus, tps=tps, pps=pps, cps=cps, eps=eps, etps=etps, micro_batches=micro_batches,
                  strategies=strategies, recomputes=recomputes, schedules=schedules, top=top, verify=verify,
                  verify_seconds=verify_seconds,

@@ -281,6 +281,12 @@ def check_cpu_compute(config: PredictConfig, profile: Profile, device):
     if dtype != "float32":
         raise ConfigError(f"--precision: {config.execution.precision} computes in {dtype}, but profile {profile.name} was "
                           "measured on CPUs in float32; use --precision fp32")
+    if device.achieved_flops_per_s and "float32" not in device.achieved_flops_per_s:
+        # A CPU profile of other dtypes alone (calibrate --backend gloo --dtypes float16) was refused as "gpu 'cpu':
+        # no achieved rate for dtype 'float32-highest'", naming no flag.
+        raise ProfileError(f"--calibration: profile {profile.name} timed CPU matmuls in "
+                           f"{', '.join(device.achieved_flops_per_s)} only, and predict costs a CPU step in float32; "
+                           f"calibrate again with --dtypes float32 (or leave --dtypes out)")
     if device.achieved_flops_per_s:
         return device
     if config.calibration.single_gpu_step_s is None:

@@ -105,8 +105,10 @@ class Prediction:
 
     @property
     def overlap_fraction(self) -> float:
-        """Share of communication hidden behind compute."""
-        return 1.0 - self.exposed_comm_s / self.comm_s if self.comm_s > 0 else 1.0
+        """Share of communication hidden behind compute, in [0, 1]: the exposed time is summed apart from the whole,
+        and a step with nothing hidden (gpt2 on 8 GPUs under zero2) came out 3e-18 s over it, a fraction of
+        -1.3e-15 in ``--json``."""
+        return min(1.0, max(0.0, 1.0 - self.exposed_comm_s / self.comm_s)) if self.comm_s > 0 else 1.0
 
     def _gradient_collective_dict(self) -> dict | None:
         """``ring``: the largest gradient collective, from the model that ran (key kept from the

@@ -19,10 +19,12 @@ from dpsim.engine.play import play_program
 from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
+from dpsim.limits import short
 from dpsim.hardware import get_gpu, power_cap_throughput
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
 from dpsim.network.degrade import (
     calibrated_factors,
+    check_degradations,
     communicator_degradations,
     degradation_terms,
     names_one_link,
@@ -299,7 +301,20 @@ def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None =
     then only names it. ``topology``: the cluster to use instead of the one ``config`` names
     (with a calibration profile, one whose layout its measurements cover).
     """
-    return predict_resolved(resolve(config), degradations=degradations, model=model, topology=topology)
+    resolved = resolve(config)
+    check_predict_arguments(degradations=degradations, model=model, topology=topology)
+    return predict_resolved(resolved, degradations=degradations, model=model, topology=topology)
+
+
+def check_predict_arguments(*, degradations, model, topology) -> None:
+    """:func:`predict`'s keyword arguments, checked as ``config`` is (a string, a list of strings or a
+    number was an AttributeError or TypeError deep in the run): ``degradations`` by the validator of
+    ``--degrade`` (:func:`~dpsim.network.degrade.check_degradations`), ``model`` and ``topology`` by type."""
+    check_degradations(degradations)
+    for name, value, kind, example in (("model", model, ModelSpec, "dpsim.workload.catalog.get_model('gpt2')"),
+                                       ("topology", topology, Topology, "leave it out: config.link names one")):
+        if value is not None and not isinstance(value, kind):
+            raise ConfigError(f"{name}: {short(value)} is not valid; expected a {kind.__name__} or None ({example})")
 
 
 def checked_precision(config: PredictConfig, model: ModelSpec, gpu) -> Precision:

@@ -20,10 +20,11 @@ from dpsim.frozen import frozen_dataclass
 from dpsim.memory import check_cpu_ranks_fit, host_available_bytes
 from dpsim.processes import check_torchrun_env, torchrun_count
 from dpsim.validate import worker
-from dpsim.validate.models import check_model, predict_reference, resolve
+from dpsim.validate.models import BUILTINS, check_model, predict_reference, resolve
 from dpsim.validate.runner import measured_summary, predict_run, run_ranks
 from dpsim.validate.testbed import Testbed, TestbedSpec
-from dpsim.workload.catalog import get_model
+from dpsim.wording import canonical_choice
+from dpsim.workload.catalog import CATALOG_ENTRIES, get_model
 from dpsim.workload.from_torch import load_torch_workload
 from dpsim.workload.model_ref import is_torch_model_ref, parse_input_shape
 from dpsim.workload.spec import ModelSpec
@@ -64,6 +65,10 @@ class ValidationConfig:
     """Optimizer when the model file defines no ``optimizer(parameters)``: adamw, adam, sgd-momentum, sgd."""
 
     def __post_init__(self) -> None:
+        # Choices in any letter case, as predict's (--optimizer AdamW and --model GPT2 were refused).
+        object.__setattr__(self, "optimizer", canonical_choice(self.optimizer, OPTIMIZERS))
+        if isinstance(self.model, str) and not is_torch_model_ref(self.model):
+            object.__setattr__(self, "model", canonical_choice(self.model, (*BUILTINS, *CATALOG_ENTRIES)))
         check_model(self.model)
         if self.input_shape is not None:
             parse_input_shape(self.input_shape)

@@ -68,11 +68,9 @@ from dpsim.limits import (
     MAX_MC_SAMPLE_STEPS,
     MAX_MC_SAMPLES,
     MAX_MC_STEPS,
-    MAX_REPEATED_FLAGS,
     MAX_SEED,
     MAX_STRAGGLER_FACTOR,
     MAX_TEXT_CHARS,
-    MIN_DEGRADED_FRACTION,
     MIN_STRAGGLER_FACTOR,
     check_int,
     check_number,
@@ -80,10 +78,10 @@ from dpsim.limits import (
     plain_number,
     short,
 )
-from dpsim.network.degrade import LinkDegradation
+from dpsim.network.degrade import LinkDegradation, check_degradations, check_parsed_items
 from dpsim.stats import DEFAULT_CONFIDENCE
 from dpsim.units import NUMBER_PATTERN as _FACTOR
-from dpsim.wording import index_range, there_are
+from dpsim.wording import canonical_choice, index_range, there_are
 
 NOISE_DISTRIBUTIONS = ("normal", "lognormal")
 """Per-rank compute-noise distributions (both with mean 1 and the given CV)."""
@@ -154,6 +152,8 @@ class VariabilitySpec:
         for name, kind in (("noise_cv", float), ("hiccup_rate_per_s", float), ("hiccup_s", float), ("seed", int),
                            ("samples", int), ("confidence", float)):
             object.__setattr__(self, name, plain_number(getattr(self, name), kind))
+        # In any letter case, as every choice flag takes it (--noise-dist LogNormal was refused).
+        object.__setattr__(self, "noise_distribution", canonical_choice(self.noise_distribution, NOISE_DISTRIBUTIONS))
         if self.noise_cv is not None and not (is_finite(self.noise_cv) and 0 <= self.noise_cv <= MAX_NOISE_CV):
             raise ConfigError(f"--noise-cv: {short(self.noise_cv)} is not valid; expected a number >= 0 and "
                               f"<= {MAX_NOISE_CV:g}")
@@ -175,24 +175,8 @@ class VariabilitySpec:
         check_int(self.samples, "--mc-samples", 1, MAX_MC_SAMPLES)
         if not (is_finite(self.confidence) and 0 < self.confidence < 1):
             raise ConfigError(f"confidence: {short(self.confidence)} is not valid; expected a number in (0, 1)")
-        for flag, items, kind, parser in (("--straggler", self.stragglers, Straggler, "parse_straggler('gpu0:2x')"),
-                                          ("--degrade", self.degradations, LinkDegradation,
-                                           "dpsim.network.degrade.parse_degradation('nvlink:50%')")):
-            # From Python, a string where the parsed object belongs was an AttributeError deep in the run.
-            if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) \
-                    or not all(isinstance(x, kind) for x in items):
-                raise ConfigError(f"{flag}: {short(items)} is not valid; expected a tuple of {kind.__name__} "
-                                  f"(parse text with {parser})")
-            if len(items) > MAX_REPEATED_FLAGS:
-                raise ConfigError(f"{flag}: given {len(items):,} times; expected at most {MAX_REPEATED_FLAGS:,}")
-        left: dict[str, float] = {}
-        for d in self.degradations:
-            # Degradations of one link multiply: keep what is left of it within reach.
-            left[d.link] = left.get(d.link, 1.0) * d.capacity_fraction
-            if not left[d.link] >= MIN_DEGRADED_FRACTION:
-                raise ConfigError(f"--degrade: {d.label!r} leaves {100 * left[d.link]:.3g} % of {d.link}'s capacity "
-                                  f"(all --degrade of that link multiplied); expected at least "
-                                  f"{100 * MIN_DEGRADED_FRACTION:g} %")
+        check_parsed_items(self.stragglers, "--straggler", Straggler, "parse_straggler('gpu0:2x')")
+        check_degradations(self.degradations)
 
     @property
     def per_rank(self) -> bool:
