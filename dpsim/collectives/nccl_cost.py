@@ -329,21 +329,26 @@ class NcclCost:
                                size_bytes: float) -> float:
         """NCCL's protocol factors and caps on the bus bandwidth ``bus`` (bytes/s) of an algorithm
         of ``family`` (:func:`cost_family`) running on ``kept`` channels."""
+        # NCCL's graph search binds each ring or tree channel across servers to one NIC port (NET
+        # device); a NIC node of several ports is one channel here but that many in NCCL.
+        nic_channels = kept * self.facts.ports_per_nic if self.facts.nccl_picks_tree_channels else 0
         if family == "ring":
             if protocol == "LL":
                 bus = min(self.facts.ll_max_bw_bytes_per_s, bus * 0.5)
             elif protocol == "LL128":
                 bus *= 0.92
+                if nic_channels:
+                    bus = min(bus, nic_channels * self.facts.ring_ll128_channel_max_bw_bytes_per_s)
         elif family == "tree":
             bus *= 0.92
-            if self.facts.crosses_nics and op == "all_reduce" and self.facts.nccl_picks_tree_channels:
-                # NCCL's graph search binds each tree channel to one NIC port (NET device);
-                # a NIC node of several ports is one channel here but that many in NCCL.
-                bus = min(bus, kept * self.facts.ports_per_nic * self.facts.tree_channel_max_bw_bytes_per_s)
+            if nic_channels and op == "all_reduce":
+                bus = min(bus, nic_channels * self.facts.tree_channel_max_bw_bytes_per_s)
             if protocol == "LL":
                 bus = min(bus / 3.8, self.facts.ll_max_bw_bytes_per_s)
             elif protocol == "LL128":
                 bus *= 7.0 / 9.0 if self.facts.n_nodes == 1 else 120.0 / 128.0
+                if nic_channels:
+                    bus = min(bus, nic_channels * self.facts.tree_ll128_channel_max_bw_bytes_per_s)
             bus *= tree_correction(protocol, size_bytes)
         elif family == "nvls_tree" and self.facts.generation == "blackwell" and op == "all_reduce":
             # NCCL applies the trees' size correction to NVLS tree on Blackwell (x86 hosts)
