@@ -312,7 +312,8 @@ class NcclCost:
         family = cost_family(algorithm)
         # NCCL's "bus bandwidth" of the algorithm, to apply its protocol factors and caps.
         ratio = 2.0 if family == "tree" else (bus_factor(op, n) if op != "broadcast" else 1.0)
-        algbw = self.protocol_bus_bandwidth(family, protocol, op, algbw * ratio, kept, size_bytes) / ratio
+        algbw = self.protocol_bus_bandwidth(family, protocol, op, algbw * ratio, kept, size_bytes,
+                                            nccl_channels=algorithm in ("ring", "tree")) / ratio
         latency = self.latency_s(plan, protocol)
         transfer = size_bytes / algbw if algbw > 0 else math.inf
         transfer = max(transfer, self._window_s(pc, protocol, op, size_bytes))
@@ -326,12 +327,15 @@ class NcclCost:
                       latency_s=overhead + latency, channels=kept, transfer_s=size_bytes * pc.seconds_per_byte)
 
     def protocol_bus_bandwidth(self, family: str, protocol: str, op: str, bus: float, kept: int,
-                               size_bytes: float) -> float:
+                               size_bytes: float, nccl_channels: bool = True) -> float:
         """NCCL's protocol factors and caps on the bus bandwidth ``bus`` (bytes/s) of an algorithm
-        of ``family`` (:func:`cost_family`) running on ``kept`` channels."""
+        of ``family`` (:func:`cost_family`) running on ``kept`` channels. ``nccl_channels``: the
+        plan's channels are NCCL's own (its ring or tree); the per-channel caps do not apply to the
+        what-if algorithms (``hierarchical``, ``halving_doubling``), whose channels NCCL never builds."""
         # NCCL's graph search binds each ring or tree channel across servers to one NIC port (NET
         # device); a NIC node of several ports is one channel here but that many in NCCL.
-        nic_channels = kept * self.facts.ports_per_nic if self.facts.nccl_picks_tree_channels else 0
+        nic_channels = (kept * self.facts.ports_per_nic
+                        if nccl_channels and self.facts.nccl_picks_tree_channels else 0)
         if family == "ring":
             if protocol == "LL":
                 bus = min(self.facts.ll_max_bw_bytes_per_s, bus * 0.5)
