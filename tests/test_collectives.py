@@ -537,3 +537,51 @@ def test_a_tree_channel_across_nics_moves_at_most_ncclS_per_channel_bound():
     # Inside one server there is no NIC to bind a channel to: no bound.
     one = NcclCollectives(Topology(spec=spec, n_gpus=8), algorithms=("tree",), tuning=NcclTuning())
     assert (1 << 30) / one.time("all_reduce", 1 << 30).time_s * 2 > 4 * 23.6 * GB
+
+
+def test_an_ll128_channel_across_nics_moves_at_most_ncclS_per_channel_bound():
+    # Two and four XE9680 servers with 8 NDR NICs each (NVIDIA/nccl-tests#309, NCCL 2.26.2): NCCL
+    # (since v2.19.3) bounds a ring's LL128 bus bandwidth at nChannels x perChMaxRingLL128Bw
+    # (36.7 GB/s on Hopper) and a tree's at nChannels x perChMaxTreeLL128Bw (36.7 on two
+    # servers), one channel per NIC port; Simple keeps the NICs' rate.
+    from dpsim.topology.load import load_topology_file
+
+    spec = load_topology_file(REPO / "validation" / "systems" / "hgx-h100-ndr-x2.yaml")
+    size = 256 * MiB
+    for n in (16, 32):
+        model = NcclCollectives(Topology(spec=spec, n_gpus=n), tuning=NcclTuning())
+        assert model.facts.ports_per_nic == 1
+        bus = {p: bus_factor("all_reduce", n) * size / model.cost("ring", p, "all_reduce", size).time_s
+               for p in ("LL128", "Simple")}
+        assert bus["LL128"] <= 8 * 36.7 * GB * 1.0001
+        assert bus["Simple"] > 8 * 36.7 * GB  # the NICs' 8 x 48.5 GB/s, not the LL128 bound
+    two = NcclCollectives(Topology(spec=spec, n_gpus=16), tuning=NcclTuning())
+    assert 2 * size / two.cost("tree", "LL128", "all_reduce", size).time_s <= 8 * 36.7 * GB * 1.0001
+    # Inside one server no NIC binds a channel: NCCL's intra-server channel count is not modelled,
+    # so no bound (H100's 18 NVLinks reach more than 8 x 36.7 GB/s of LL128 bus bandwidth).
+    one = NcclCollectives(Topology(spec=spec, n_gpus=8), tuning=NcclTuning())
+    assert bus_factor("all_reduce", 8) * size / one.cost("ring", "LL128", "all_reduce", size).time_s > 8 * 36.7 * GB
+
+
+@pytest.mark.parametrize("system", ["hgx-h100-ndr-x2", "a100-hdr4-x2", "aws-p5-x2", "p6-b200-x4", "dgx-a100-node"])
+def test_no_ring_or_tree_all_reduce_beats_the_bytes_each_gpu_must_send(system):
+    """Invariant of every ring and tree option, every protocol (the per-channel bounds only lower
+    bandwidth): an all-reduce sends 2(N-1)/N x S out of each GPU, so it takes at least that over the
+    GPU's fastest way out (its NVLink, or its PCIe link where that is faster). NVLS is exempt: the
+    switch reduces, so a GPU sends S (NVIDIA/nccl-tests#212, S. Jeaugey: with NVLink SHARP the bus
+    bandwidth is not the bandwidth on the wire)."""
+    from dpsim.topology.load import load_topology_file
+
+    spec = load_topology_file(REPO / "validation" / "systems" / f"{system}.yaml")
+    n = 2 * spec.node.gpus_per_node if spec.fabric is not None else spec.node.gpus_per_node
+    model = NcclCollectives(Topology(spec=spec, n_gpus=n), tuning=NcclTuning())
+    out_rate = max(spec.node.gpu_link_bandwidth_bytes_per_s, spec.node.pcie_bandwidth_bytes_per_s)
+    seen = set()
+    for size in (1 * MiB, 32 * MiB, 1 << 30):
+        floor = 2 * (n - 1) / n * size / out_rate
+        for algorithm, protocol in model.candidates("all_reduce"):
+            if algorithm not in ("ring", "tree"):
+                continue
+            seen.add((algorithm, protocol))
+            assert model.cost(algorithm, protocol, "all_reduce", size).time_s >= floor, (algorithm, protocol, size)
+    assert ("ring", "Simple") in seen

@@ -563,6 +563,22 @@ ANALYSIS = """What the model does that explains misses it used to have:
   6.2 % left out with the bound (ring, as NCCL's own estimate picks).
   Where NCCL's tuner does not set the channels it is not applied: Google's TCPXO runs its own
   tuner plugin (A3 Mega's 8 GiB tree row runs 9 % above 8 channels x 41.4 GB/s).
+- **An LL128 channel across servers moves at most NCCL's `perChMaxRingLL128Bw`** (36.7 GB/s
+  of bus bandwidth per ring channel on Hopper, 40 on Blackwell; a tree channel
+  `perChMaxTreeLL128Bw`, 36.7 / 29.0 on Hopper, 31.7 / 20.0 on Blackwell across two / more
+  servers; `src/graph/tuning.cc@5067397` and the same lines at v2.26.2-1 and v2.27.7-1, the
+  #309 and B200 runs' versions; added in v2.19.3-1), one channel per NIC port as for the tree
+  bound above: an LL128 channel is one CTA that also writes a flag into every 128-byte line
+  and polls its peer's. With 400 Gb/s NICs (48.5 GB/s each) that, not the NIC, bounds LL128
+  (36.7 < 0.92 x 48.5); with p5's 100 Gb/s EFA it never binds. Before, the ring/LL128 rows of
+  every 400 Gb/s system came out fast: the four #309 VMs' 8-256 MiB rows by 6-11 %, four
+  p6-b200 nodes' 64-256 MiB by 27-32 %. Now the #309 VMs' 8-128 MiB rows land within 5 %
+  and their 256 MiB row runs ring/Simple (-1.3 %); the bare-metal #309 pair's 32-64 MiB
+  rows turn from 3-7 % fast to 10-11 % slow. With p6-b200's 512 MiB-1 GiB rows now on
+  ring/Simple, the EFA ramp fitted without p4de is 2 MiB, not 0: p4de's 2-16 MiB rows go
+  from 26-29 % fast to 6-11 % fast. ib 6.2 -> 5.0 %, efa 6.7 -> 6.4 %; no other class moves.
+  Inside one server the bound is not applied: how many ring channels NCCL builds there (its
+  graph search, then duplicated) is not modelled.
 - **NCCL's verbs transport ramps in its own scope** (`verbs`: IB and RoCE, the NIC RDMA-writing
   each Simple chunk into the peer GPU; EFA's plugin posts SRD messages from the proxy thread):
   the A100 HDR rings reach line rate by 32-128 MiB (95.8 GB/s bus bandwidth on 4x HDR at
@@ -580,21 +596,27 @@ Where it still misses (per-row errors: `python validation/accuracy_collectives.p
   measured time is the NIC bandwidth alone (0.96 of line rate), where the model adds NCCL's ring
   latency (46 steps, x 1.4 for Simple across servers: ~290 us of 2.6 ms), which the pipelined
   ring evidently hides at this size. Six rows of one size.
-- **The four #309 VMs' 8-256 MiB rows come out 6-11 % fast** on ring/LL128 (the guests reach
-  366 of 388 GB/s bus bandwidth at 16 GiB, 94 %, under the bare-metal pair's 469 on NVLS tree),
-  and their 1 MiB row 92 % slow: 82 us measured against ring/LL128's 158; NCCL likely runs a
-  tree or NVLS tree there, which the model prices higher on four servers.
+- **The four #309 VMs' 1 MiB row comes out 94 % slow**: 82 us measured against ring/LL128's
+  159; NCCL likely runs a tree or NVLS tree there, which the model prices higher on four
+  servers. (The guests reach 366 of 388 GB/s bus bandwidth at 16 GiB, 94 %, under the
+  bare-metal pair's 469 on NVLS tree.)
 
-- **p4de's 2-16 MiB rows come out 26-29 % fast** on ring/Simple (from 32 MiB on, tree/Simple,
-  within 7 %): the GPUDirect systems it is fitted on want no network ramp, and NCCL's own
-  estimate may pick the tree there (20 % slow to 19 % fast).
+- **p4de's 2-16 MiB rows come out 6-11 % fast** on ring/Simple (from 32 MiB on, tree/Simple,
+  within 7 % but its 128 MiB row, 15 % slow); NCCL's own estimate may pick the tree there.
 - **Four p6-b200 nodes (torch benchmark, `NCCL_TUNER_PLUGIN=ofi`)** take ~360-500 us from
-  256 KiB to 16 MiB, where the model's tree/ring LL128 comes out 42-48 % fast (64-256 MiB:
-  27-32 %); their smallest exact row (128 KiB,
+  256 KiB to 16 MiB, where the model's ring LL128 comes out 40-47 % fast (64-256 MiB:
+  20-27 %); their smallest exact row (128 KiB,
   564 us, the 32-64 KiB rows decreasing from 6 ms) sets a 489 us "overhead" that is no
   per-call cost. The AWS tuner's region table for P6 (aws/aws-ofi-nccl
-  `src/tuner/nccl_ofi_regions.cpp`) picks tree/LL128 there, whose NCCL latency is ~100 us:
-  what adds the rest is not known.
+  `src/tuner/nccl_ofi_regions.cpp`) picks tree/LL128 there, whose NCCL latency is ~100 us.
+  The harness likely adds the rest: `all_reduce_bench.py` at the table's commit
+  (stas00/ml-engineering@744d01e `network/benchmarks/all_reduce_bench.py`, `timed_allreduce`)
+  times one call per trial right after `dist.barrier()`, between CUDA events recorded around
+  it, so every time holds PyTorch's per-call host overhead ("some 20-30us", the script's own
+  later docstring, which queues 10 calls per trial to hide it) and the wait for the last of
+  32 ranks on 4 servers to leave the barrier; nccl-tests times many calls back to back.
+  Not modelled: the platform is left out whole and no other system ran this harness across
+  servers, so nothing left out could say how much it adds.
 - **NVLS's one- and two-step calls and B200's mid sizes.** H200's 2-8 MiB rows (one or two
   16-32 KiB steps) come out 14-20 % slow: the fixed part alone, the per-call overhead fitted
   on the other single servers (30.4 us) plus NCCL's 25 us NVLS latency, is 55.4 of the

@@ -19,7 +19,9 @@ from dpsim.collectives.nccl_tuning import (
     LL_MAX_BW_GBPS,
     NVLS_EFFICIENCY,
     NVLS_MAX_ARITY,
+    PER_CHANNEL_MAX_RING_LL128_BW_GBPS,
     PER_CHANNEL_MAX_TREE_BW_GBPS,
+    PER_CHANNEL_MAX_TREE_LL128_BW_GBPS,
     RCCL_BASE_LATENCY_US,
     RCCL_XGMI_LATENCY_US,
     NvlsTuning,
@@ -102,6 +104,14 @@ class FabricFacts:
     (NVIDIA/nccl-tests#152), not a tree's 85. Applied across NICs only: there a channel is one
     NIC port's ring or tree, as NCCL's graph search builds them (one server's tree, or an NVLink
     domain's, has no NIC to bind its channels)."""
+
+    ring_ll128_channel_max_bw_bytes_per_s: float
+    """What one ring channel moves across servers at most in the LL128 protocol, bytes/s of bus
+    bandwidth (NCCL's ``perChMaxRingLL128Bws``): like a tree channel, one CTA, whose LL128 threads
+    also store a flag with every 120 bytes and poll the peer's. Applied where
+    :attr:`tree_channel_max_bw_bytes_per_s` is, one channel per NIC port, for the same reason."""
+    tree_ll128_channel_max_bw_bytes_per_s: float
+    """The same for a tree channel (NCCL's ``perChMaxTreeLL128Bws``)."""
 
     def hw_latency_us(self, hw: str, family: str, p: int) -> float:
         """NCCL's hwLat of row ``hw`` (RCCL's for xGMI and the same algorithms), protocol index ``p``."""
@@ -215,6 +225,13 @@ def fabric_facts(topology: Topology) -> FabricFacts:
         nvls_heads=max(1, min(NVLS_MAX_ARITY, topology.n_gpus)),
         nvls_weight=1.0 / NVLS_EFFICIENCY.get(row, 0.85),
         ll_max_bw_bytes_per_s=LL_MAX_BW_GBPS[ll_row][col] * 1e9,
-        tree_channel_max_bw_bytes_per_s=PER_CHANNEL_MAX_TREE_BW_GBPS.get(
-            row, PER_CHANNEL_MAX_TREE_BW_GBPS["hopper"])[col] * 1e9,
+        tree_channel_max_bw_bytes_per_s=_per_channel(PER_CHANNEL_MAX_TREE_BW_GBPS, row, col),
+        ring_ll128_channel_max_bw_bytes_per_s=_per_channel(PER_CHANNEL_MAX_RING_LL128_BW_GBPS, row, col),
+        tree_ll128_channel_max_bw_bytes_per_s=_per_channel(PER_CHANNEL_MAX_TREE_LL128_BW_GBPS, row, col),
     )
+
+
+def _per_channel(table: dict[str, tuple[float, float, float]], row: str, col: int) -> float:
+    """A per-channel cap of NCCL's table (GB/s by generation x server column) in bytes/s; Hopper's
+    row for a generation the table lacks."""
+    return table.get(row, table["hopper"])[col] * 1e9

@@ -312,7 +312,8 @@ class NcclCost:
         family = cost_family(algorithm)
         # NCCL's "bus bandwidth" of the algorithm, to apply its protocol factors and caps.
         ratio = 2.0 if family == "tree" else (bus_factor(op, n) if op != "broadcast" else 1.0)
-        algbw = self.protocol_bus_bandwidth(family, protocol, op, algbw * ratio, kept, size_bytes) / ratio
+        algbw = self.protocol_bus_bandwidth(family, protocol, op, algbw * ratio, kept, size_bytes,
+                                            nccl_channels=algorithm in ("ring", "tree")) / ratio
         latency = self.latency_s(plan, protocol)
         transfer = size_bytes / algbw if algbw > 0 else math.inf
         transfer = max(transfer, self._window_s(pc, protocol, op, size_bytes))
@@ -326,24 +327,32 @@ class NcclCost:
                       latency_s=overhead + latency, channels=kept, transfer_s=size_bytes * pc.seconds_per_byte)
 
     def protocol_bus_bandwidth(self, family: str, protocol: str, op: str, bus: float, kept: int,
-                               size_bytes: float) -> float:
+                               size_bytes: float, nccl_channels: bool = True) -> float:
         """NCCL's protocol factors and caps on the bus bandwidth ``bus`` (bytes/s) of an algorithm
-        of ``family`` (:func:`cost_family`) running on ``kept`` channels."""
+        of ``family`` (:func:`cost_family`) running on ``kept`` channels. ``nccl_channels``: the
+        plan's channels are NCCL's own (its ring or tree); the per-channel caps do not apply to the
+        what-if algorithms (``hierarchical``, ``halving_doubling``), whose channels NCCL never builds."""
+        # NCCL's graph search binds each ring or tree channel across servers to one NIC port (NET
+        # device); a NIC node of several ports is one channel here but that many in NCCL.
+        nic_channels = (kept * self.facts.ports_per_nic
+                        if nccl_channels and self.facts.nccl_picks_tree_channels else 0)
         if family == "ring":
             if protocol == "LL":
                 bus = min(self.facts.ll_max_bw_bytes_per_s, bus * 0.5)
             elif protocol == "LL128":
                 bus *= 0.92
+                if nic_channels:
+                    bus = min(bus, nic_channels * self.facts.ring_ll128_channel_max_bw_bytes_per_s)
         elif family == "tree":
             bus *= 0.92
-            if self.facts.crosses_nics and op == "all_reduce" and self.facts.nccl_picks_tree_channels:
-                # NCCL's graph search binds each tree channel to one NIC port (NET device);
-                # a NIC node of several ports is one channel here but that many in NCCL.
-                bus = min(bus, kept * self.facts.ports_per_nic * self.facts.tree_channel_max_bw_bytes_per_s)
+            if nic_channels and op == "all_reduce":
+                bus = min(bus, nic_channels * self.facts.tree_channel_max_bw_bytes_per_s)
             if protocol == "LL":
                 bus = min(bus / 3.8, self.facts.ll_max_bw_bytes_per_s)
             elif protocol == "LL128":
                 bus *= 7.0 / 9.0 if self.facts.n_nodes == 1 else 120.0 / 128.0
+                if nic_channels:
+                    bus = min(bus, nic_channels * self.facts.tree_ll128_channel_max_bw_bytes_per_s)
             bus *= tree_correction(protocol, size_bytes)
         elif family == "nvls_tree" and self.facts.generation == "blackwell" and op == "all_reduce":
             # NCCL applies the trees' size correction to NVLS tree on Blackwell (x86 hosts)

@@ -44,6 +44,15 @@ LL_MAX_BW_GBPS = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0), "ho
 # when it picks an algorithm (ncclTopoTuneModel: busBw = min(busBw * .92, nChannels * perChMaxTreeBw))
 PER_CHANNEL_MAX_TREE_BW_GBPS = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
                                 "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
+# ... perChMaxRingLL128Bws and perChMaxTreeLL128Bws, GB/s per channel, by generation x (1, 2, >2 servers):
+# what one channel (one CTA) moves in the LL128 protocol at most; NCCL caps a ring's LL128 bus bandwidth
+# at nChannels x the first (ncclTopoTuneModel: busBw = min(busBw * 0.92, nChannels * perChMaxRingLL128Bw))
+# and a tree's at nChannels x the second (after its 120/128 or 7/9), since v2.19.3-1 (absent at v2.18.1-1;
+# unchanged at v2.26.2-1 and v2.27.7-1, the #309 and B200 runs' versions)
+PER_CHANNEL_MAX_RING_LL128_BW_GBPS = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                                      "hopper": (36.7, 36.7, 36.7), "blackwell": (40.0, 40.0, 40.0)}
+PER_CHANNEL_MAX_TREE_LL128_BW_GBPS = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                                      "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
 # ... nvlsEfficiency by generation
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 # ... treeCorrectionFactor[proto][log2(bytes / 64)], 64 B .. 256 MiB
