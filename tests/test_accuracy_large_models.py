@@ -367,6 +367,28 @@ def test_ms_swift_and_xtuner_rows_run_their_frameworks_settings():
     skipped = {x.id: x for x in alm.split(alm.rows())[1]}
     assert skipped["R141"].why == alm.NOT_EXPRESSIBLE_FEATURES["hf-eager-experts"]
 
+def test_unseen6_rows_run_their_published_settings():
+    # Fast-LLM (R207, R208): ZeRO-2 with fp32 gradient reduction (StageConfig.full_precision_gradients default) and
+    # Mistral's 4096-token sliding window at sequence 8192 (examples/mistral-4-node-benchmark.yaml window_size);
+    # torchtitan's DeepEP rows (R209-R214): FSDP2 replicas with expert parallelism 8, full checkpointing,
+    # compiled, forced balance, DeepEP's dispatcher, and no --fsdp-version (dpsim's layout path refuses it).
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in ("R207", "R208"):
+        job = alm.job_of(rows[rid])
+        assert job.config.parallelism.strategy == "zero2" and job.config.execution.precision == "bf16-fp32-grads"
+        shares = {op.causal_share for layer in job.model.layers for op in layer.ops if isinstance(op, AttentionOp)}
+        assert len(shares) == 1 and next(iter(shares)) < 0.5, rid  # a window of half the sequence computes < causal
+    assert alm.sliding_window_of(rows["R207"]) == 4096 and alm.sliding_window_of(rows["R140"]) == 0
+    for rid in [f"R{i}" for i in range(209, 215)]:
+        c = alm.job_of(rows[rid]).config
+        assert (c.parallelism.ep, c.parallelism.tp, c.parallelism.strategy) == (8, 1, "fsdp"), rid
+        assert c.execution.recompute == "full" and c.execution.compile, rid
+        assert c.parallelism.moe_a2a == "hierarchical", rid
+    assert alm.system_of(rows["R207"]).name != alm.system_of(rows["R209"]).name
+
+
 def test_llama_gpu_hour_rows_run_llamas_published_setting():
     # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): xformers attention with FlashAttention 1's backward, the
     # outputs of linear layers kept (--recompute op), tensor parallelism with sequence parallelism;

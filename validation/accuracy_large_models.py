@@ -350,6 +350,17 @@ SYSTEMS = {
         name="Megatron-LLaMA Lingjun A100", topology_file="alibaba-lingjun-a100.yaml",
         assumed="NVSwitch SXM4 servers and RoCE transport for the published 'RDMA' (alibaba-lingjun-a100.yaml); the "
                 "switch topology not stated"),
+    # Runs dpsim had never seen, 6 (rows R207-R214). Fast-LLM's Mistral-7B throughput on "4 DGX nodes, each with 8
+    # A100-80GB or H100-80GB GPUs", quoted per H100 (ServiceNow/Fast-LLM@0a7ac1e5b5ad README.md, @00574015e0cc
+    # docs/index.md); one leave-one-system-out unit.
+    "ServiceNow Fast-LLM benchmark cluster, 4 DGX nodes x 8 H100-80GB (as published; network not stated)": System(
+        name="Fast-LLM DGX H100", link="infiniband",
+        assumed="network not stated: DGX H100 nodes and their 8x 400 Gb/s NDR compute ports (the infiniband preset)"),
+    # TorchTitan's DeepEP expert-parallel Qwen3-30B-A3B scaling on B200 (pytorch/torchtitan@022f885f34ea
+    # torchtitan/distributed/deepep/README.md; not its kept-out benchmarks/ folder); one leave-one-system-out unit.
+    "TorchTitan DeepEP B200 cluster (8x NVIDIA B200 per node, 1-16 nodes; network not stated) (as published)": System(
+        name="TorchTitan DeepEP B200", link="dgx-b200",
+        assumed="network not stated: a DGX B200's NVSwitch node and 8x 400 Gb/s NDR compute ports (the dgx-b200 preset)"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -379,6 +390,8 @@ STRATEGIES = {
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
     "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
     "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
+    "zero2 (Fast-LLM": ("zero2", "Fast-LLM's ZeRO stage 2 as DeepSpeed's (gradients reduce-scattered into shards, "
+                                 "optimizer state sharded, weights replicated)"),
     "ZeRO-1 data parallelism (HAI-LLM)": ("zero1", "HAI-LLM's ZeRO-1 as the layout path's distributed optimizer "
                                                    "(reduce-scatter, all-gather)"),
 }
@@ -508,6 +521,13 @@ def model_of(row: dict) -> ModelSpec:
     return _MODELS[key]
 
 
+def sliding_window_of(row: dict) -> int:
+    """The sliding-window width the row's attention column states ("sliding window N", Mistral's
+    ``window_size`` as Fast-LLM passes it to flash-attn, R207-R208); 0: the whole causal prefix."""
+    window = re.search(r"sliding window (\d+)", row["attention"])
+    return int(window.group(1)) if window else 0
+
+
 def _build_model(row: dict) -> ModelSpec:
     seq = int(row["seq_len"])
     # llm-foundry's Triton kernel, or cuDNN's fused attention where the row names it (MaxText's
@@ -558,7 +578,8 @@ def _build_model(row: dict) -> ModelSpec:
                           intermediate_size=int(row["ffn"]), vocab_size=int(row["vocab"]),
                           max_position_embeddings=seq, head_dim=int(row["head_dim"]) if row["head_dim"] else None,
                           tie_word_embeddings=row["tied_embeddings"] == "true",
-                          qk_norm=olmo2 or qwen3, qk_norm_whole_projection=olmo2)
+                          qk_norm=olmo2 or qwen3, qk_norm_whole_projection=olmo2,
+                          sliding_window=sliding_window_of(row))
         model = build_llama(cfg, name=row["model"], flash_attention=not megatron_softmax)
     elif row["ffn_act"] == "squared-relu":
         # Nemotron-4's MLP (arXiv:2402.16819 Sec. 2: squared ReLU, no gate, no biases) with grouped
@@ -858,7 +879,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["link"] = system.link
     recompute = full if isinstance(full, str) else ("full" if full else "off")
     if row["data_parallel"].startswith("fsdp2"):
-        if tp * pp == 1:
+        ep_row = int(row["ep"] or 1)
+        if tp * pp == 1 and ep_row > 1:
+            # With expert parallelism dpsim's layout path runs the fsdp replicas as torchtitan's FSDP2 itself
+            # (resharded after each forward without pp) and refuses --fsdp-version (R209-R214).
+            pass
+        elif tp * pp == 1:
             kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
