@@ -17,7 +17,6 @@ from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MTP_DEPTH
 from dpsim.workload.layers import (
     ACTIVATION_ELEMENT_BYTES,
-    megatron_legacy_block_activation_bytes,
     _affine,
     _check_positive_int,
     _conv1d_hf,
@@ -56,6 +55,7 @@ from dpsim.workload.layers import (
     linear_ops,
     megatron_block_activation_bytes,
     megatron_gpt_block_activation_bytes,
+    megatron_legacy_block_activation_bytes,
     megatron_moe_activation_bytes,
     moe_activation_bytes,
     moe_ops,
