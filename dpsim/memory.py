@@ -158,7 +158,10 @@ not a measurement: the CUDA context alone takes several hundred MiB and NCCL all
 buffers (NCCL_BUFFSIZE 4 MiB x channels x peers); calibrate to replace."""
 
 HEADROOM_FRACTION = 0.05
-"""Share of device memory left free for the caching allocator's fragmentation."""
+"""Share of device memory left free for the caching allocator's fragmentation. ASSUMED: no source gives
+it (a run's fragmentation depends on its allocation pattern); with :data:`FRAMEWORK_OVERHEAD_BYTES`
+counted in the total, an 80 GiB board (81,920 MiB as NVML reports it, :data:`dpsim.hardware.DRIVER_MEMORY_MIB`)
+is usable to 76.0 GiB, of which 2 GiB is that overhead."""
 
 
 @frozen_dataclass

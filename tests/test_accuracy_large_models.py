@@ -223,6 +223,16 @@ def test_composer_default_rows_reduce_in_fp32_and_still_fit():
         assert alm.evaluate(rows[rid]).fits, rid
 
 
+def test_megatron_llama_rows_keep_legacy_megatrons_activations_and_fit():
+    # Megatron-LLaMA (alibaba/Megatron-LLaMA@25306de84d30) runs legacy megatron/model: apex's fused RMSNorm keeps
+    # its input only, not an eager norm's normalised copy (tests/test_megatron_legacy_activations.py). Counted
+    # so, R202 (32 A100 80GB, micro-batch 4 ASSUMED, nothing recomputed) fits, as the run did.
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in ("R202", "R203", "R204", "R205", "R206"):
+        assert alm.job_of(rows[rid]).config.execution.activations == "megatron-legacy", rid
+        assert alm.evaluate(rows[rid]).fits, rid
+
+
 def test_megatron_moe_rows_keep_megatrons_fp32_main_gradients():
     # Megatron-LM's --bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16
     # (megatron/training/arguments.py@1e057005959b lines 618-633), which no Megatron-MoE-ModelZoo script

@@ -1,5 +1,5 @@
-"""``--activations {eager,megatron}``: whose count of what each layer keeps for backward predict, memory,
-sweep, goodput and plan charge, applied in one place (:func:`dpsim.workload.layers.with_activation_count`
+"""``--activations {eager,megatron,megatron-legacy}``: whose count of what each layer keeps for backward
+predict, memory, sweep, goodput and plan charge, applied in one place (:func:`dpsim.workload.layers.with_activation_count`
 through :func:`dpsim.predict.run.load_model`).
 
 The hand count of the difference follows the two counts' own definitions, per block of a Llama decoder
@@ -30,6 +30,10 @@ from dpsim.workload.layers import ACTIVATION_COUNTS
 # and a SwiGLU MLP; a 1024-token sequence keeps the test fast.
 S, H, Q, KV, INTER, HEADS, LAYERS = 1024, 4096, 4096, 1024, 14336, 32, 32
 BASE = dict(model="llama-3-8b", seq_len=S, gpus=8, link="aws-p5", micro_batch=1, precision="bf16-fp32-grads")
+# Each count with a catalog model that has it: legacy Megatron-LM's count covers blocks whose key/value heads
+# are the query heads (llama-2-7b), not llama-3-8b's grouped ones (refused there).
+ALLOWED = "eager, megatron, megatron-legacy"
+MODEL_OF = {"eager": "llama-3-8b", "megatron": "llama-3-8b", "megatron-legacy": "llama-2-7b"}
 
 
 def _hand_difference_per_block() -> float:
@@ -67,13 +71,14 @@ def test_megatron_keeps_less_than_eager_by_the_hand_counted_bytes(layout, share)
 
 def test_api_equals_cli():
     runner = CliRunner()
-    args = ["--model", "llama-3-8b", "--seq-len", str(S), "--gpus", "8", "--link", "aws-p5", "--micro-batch", "1",
-            "--precision", "bf16-fp32-grads", "--tp", "2", "--sequence-parallel"]
     for count in ACTIVATION_COUNTS:
+        args = ["--model", MODEL_OF[count], "--seq-len", str(S), "--gpus", "8", "--link", "aws-p5", "--micro-batch",
+                "1", "--precision", "bf16-fp32-grads", "--tp", "2", "--sequence-parallel"]
         out = runner.invoke(app, ["predict", *args, "--activations", count, "--json"])
         assert out.exit_code == 0, out.output
         got = json.loads(out.output)
-        api = predict(PredictConfig(**BASE, tp=2, sequence_parallel=True, activations=count))
+        api = predict(PredictConfig(**{**BASE, "model": MODEL_OF[count]}, tp=2, sequence_parallel=True,
+                                   activations=count))
         assert got["memory"]["total_bytes"] == api.memory.total_bytes
         assert got["step_time_s"] == pytest.approx(api.step_time_s, rel=1e-12)
         mem = runner.invoke(app, ["memory", *args, "--activations", count, "--json"])
@@ -93,7 +98,7 @@ def test_plan_charges_the_same_count():
     """plan's closed-form memory of a layout is predict's memory of it, with the count asked for."""
     per_count = {}
     for count in ACTIVATION_COUNTS:
-        base = PredictConfig(**BASE, activations=count)
+        base = PredictConfig(**{**BASE, "model": MODEL_OF[count]}, activations=count)
         result = plan_layouts(base, gpus=[8], global_batch=8, tps=[2], pps=[1], strategies=["ddp"],
                               micro_batches=[1], recomputes=["off"], sequence_parallel=True, verify=0)
         (estimate,) = [e for e in result.ranked if e.candidate.tp == 2]
@@ -107,13 +112,13 @@ def test_plan_charges_the_same_count():
 
 @pytest.mark.parametrize("command", ["predict", "memory", "goodput", "plan"])
 def test_bad_value_is_one_line(command, capsys):
-    with pytest.raises(ConfigError, match=r"^--activations: 'fused' is not known; choose one of eager, megatron$"):
+    with pytest.raises(ConfigError, match=r"^--activations: 'fused' is not known; choose one of " + ALLOWED + "$"):
         PredictConfig(**BASE, activations="fused")
     extra = ["--gpus", "8", "--global-batch", "8"] if command == "plan" else []
     rc = main([command, *extra, "--activations", "fused"])
     _, err = capsys.readouterr()
     assert rc == 2
-    assert err.splitlines() == ["dpsim: error: --activations: 'fused' is not known; choose one of eager, megatron"]
+    assert err.splitlines() == ["dpsim: error: --activations: 'fused' is not known; choose one of " + ALLOWED]
 
 
 def test_megatron_on_a_model_without_its_count_is_refused():

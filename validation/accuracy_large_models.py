@@ -641,6 +641,12 @@ def packed_sample_stats(row: dict) -> tuple[float, float] | None:
     return (float(hit.group(1)), float(hit.group(2))) if hit else None
 
 
+MEGATRON_LEGACY_FRAMEWORKS = ("Megatron-LLaMA",)
+"""How a row's framework column names a run of legacy Megatron-LM's ``megatron/model`` (no TransformerEngine:
+apex's fused norms, flash-attn, an eager SwiGLU), whose activations are counted as that code keeps them
+(``--activations megatron-legacy``: :func:`dpsim.workload.layers.megatron_legacy_block_activation_bytes`,
+read from alibaba/Megatron-LLaMA@25306de84d30)."""
+
 MEGATRON_FRAMEWORKS = ("Megatron-Core", "Megatron-style")
 """How a row's framework column names a run of Megatron-LM's modules (Megatron-Core; the Nemotron-4
 reports' "Megatron-style" tensor parallelism, whose activations are counted as Megatron-Core keeps
@@ -981,6 +987,8 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         # grouped key/value heads at their own width, fused norms and SwiGLU, no expert outputs kept for
         # the combine. A decoder without that count (GPT-style) keeps the eager count.
         kw["activations"] = "megatron"
+    elif row["framework"].startswith(MEGATRON_LEGACY_FRAMEWORKS) and has_megatron_count(model, "megatron-legacy"):
+        kw["activations"] = "megatron-legacy"
     if full is None:
         kw, note = _unpublished_checkpointing(row, kw)
         assumed.append(note)

@@ -122,7 +122,7 @@ Recompute = Literal["off", "selective", "op", "full", "megatron", "moe", "deepse
 """``--recompute``: the keys of :data:`dpsim.strategies.checkpointing.RECOMPUTE`."""
 AttentionKernel = Literal["sdpa", "triton", "flash1", "flash3", "cudnn"]
 """``--attention-kernel``: :data:`dpsim.workload.spec.ATTENTION_KERNELS`."""
-Activations = Literal["eager", "megatron"]
+Activations = Literal["eager", "megatron", "megatron-legacy"]
 """``--activations``: :data:`dpsim.workload.layers.ACTIVATION_COUNTS`."""
 LossImpl = Literal["fused", "eager"]
 """``--loss-impl``: :data:`dpsim.memory.LOSS_IMPLS`."""
@@ -549,7 +549,9 @@ class ExecutionConfig:
     an eager RMSNorm's normalised input) or megatron (Megatron-Core with TransformerEngine: key and
     value at the grouped heads' width, the fused SwiGLU keeping only its input, fused norms, no expert
     outputs kept for the combine; Korthikanti et al. arXiv:2205.05198 Sec. 4.1 as Megatron-Core runs
-    it; Llama-family models only). Sets activation memory."""
+    it; Llama-family models only) or megatron-legacy (legacy Megatron-LM's megatron/model with flash-attn,
+    apex's fused norms and an eager SwiGLU: sequential Llama blocks with flash attention and equal query
+    and key-value heads only). Sets activation memory."""
     loss_impl: LossImpl = "fused"
     """How the language-model loss holds the fp32 logits: fused (one fp32 copy kept for the backward, as
     counted so far: a fused or chunked cross-entropy holds no more) or eager (transformers'

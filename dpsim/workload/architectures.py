@@ -55,6 +55,7 @@ from dpsim.workload.layers import (
     linear_ops,
     megatron_block_activation_bytes,
     megatron_gpt_block_activation_bytes,
+    megatron_legacy_block_activation_bytes,
     megatron_moe_activation_bytes,
     moe_activation_bytes,
     moe_ops,
@@ -639,6 +640,14 @@ def build_llama(
             attn_saved, mlp_saved = attn_saved + saved(1), mlp_saved + saved(1)
             attn_megatron = mlp_megatron = None
             attn_compiled = mlp_compiled = None
+        # Legacy Megatron-LM's count was read for its plain Llama block only: sequential, RMSNorm, flash
+        # attention with as many key-value heads as query heads (no grouped heads in that code), whole rotary,
+        # a SwiGLU MLP, no q/k norms, no experts, MLA or MTP modules (megatron_legacy_block_activation_bytes).
+        plain = (flash_attention and not cfg.mla and not routed and mtp is None and cfg.mlp_act == "swiglu"
+                 and not cfg.qk_norm and kv_dim == q_dim and not layernorm and not centred and not cfg.parallel_block
+                 and not cfg.sandwich_norms and not cfg.attn_softcap and cfg.rotary_dim in (0, hd))
+        attn_legacy, mlp_legacy = (megatron_legacy_block_activation_bytes(s, d, q_dim, inter, cfg.num_attention_heads)
+                                   if plain else (None, None))
         pre_modules: list = []
         if mtp is not None:
             # The MTP module's norms and 2h -> h projection run ahead of its block's attention.
@@ -656,6 +665,7 @@ def build_llama(
             activation_bytes_per_sample=attn_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=attn_saved,
             compiled_saved_elements=attn_compiled if mlp_compiled is not None else None,
             megatron_activation_bytes_per_sample=attn_megatron,
+            megatron_legacy_activation_bytes_per_sample=attn_legacy,
             ops=attn_ops,
         ))
         layers.append(_layer(
@@ -664,6 +674,7 @@ def build_llama(
             activation_bytes_per_sample=mlp_act, unit=p, input_bytes_per_sample=_hidden_bytes(s, d), input_byte_class="stream", saved_elements=mlp_saved,
             compiled_saved_elements=mlp_compiled if attn_compiled is not None else None,
             megatron_activation_bytes_per_sample=mlp_megatron,
+            megatron_legacy_activation_bytes_per_sample=mlp_legacy,
             ops=mlp_ops,
         ))
 

@@ -151,6 +151,51 @@ def megatron_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, kv_di
     return attention, mlp
 
 
+MEGATRON_LEGACY_COMMIT = "alibaba/Megatron-LLaMA@25306de84d30"
+"""The legacy Megatron-LM source (``megatron/model``, October 2023; Megatron-LM of mid-2023 with Alibaba's
+optimizer changes) the legacy count below was read from."""
+
+
+def megatron_legacy_block_activation_bytes(seq_len: int, hidden: int, q_dim: int, inter: int, heads: int
+                                           ) -> tuple[float, float]:
+    """Bytes a Llama block keeps for backward under legacy Megatron-LM's ``megatron/model`` with
+    ``--use-flash-attn --swiglu --RMSNorm`` and no dropout (b >= 2, 16-bit activations; query, key and value
+    heads alike), as (attention, MLP) halves, read tensor by tensor from ``MEGATRON_LEGACY_COMMIT``:
+
+    - each norm is apex's fused one (``megatron/model/fused_layer_norm.py`` calls
+      ``FusedRMSNormAffineFunction``, which saves its 16-bit input, the weight and the fp32 per-row
+      ``invvar``: NVIDIA/apex@3c53cf81fef0 ``apex/normalization/fused_layer_norm.py``): ``sh``; its output is
+      the next linear's input, which the linear keeps (with sequence parallelism its own shard,
+      all-gathered again in backward: ``megatron/core/tensor_parallel/layers.py`` lines 220-239,
+      ``ctx.save_for_backward(input, weight)`` before the all-gather): ``sh``. An eager RMSNorm keeps a
+      normalised copy besides (:func:`llama_block_activation_bytes`); this one does not;
+    - rotary (``megatron/model/rotary_pos_embedding.py``: ``t * cos + rotate_half(t) * sin``) keeps only its
+      ``cos`` and ``sin`` tables; the rotated query, key and value are copied ``s b -> b s``
+      (``megatron/model/transformer.py`` line 657, ``.contiguous()``) and flash-attn 1.x's
+      ``flash_attn_unpadded_func`` keeps those three, its output and the fp32 log-sum-exp per row and head:
+      ``3·s·q + s·q`` (``q``: the heads' width, ``q_dim``) and ``4·a·s`` bytes;
+    - the output is copied back ``b s -> s b`` (line 664, a copy whenever the micro-batch is 2 or more)
+      and the row-parallel projection keeps that copy: one ``s·q`` more than Megatron-Core, whose
+      attention writes the projection's input in place (:func:`megatron_block_activation_bytes`). At
+      micro-batch 1 the rearrangement is a view and this ``s·q`` is not kept: counted anyway (an
+      overcount of ``2·s·q`` bytes per block there);
+    - SwiGLU is eager Python (``ParallelMLP``, ``F.silu(x[0]) * x[1]`` on the chunks of the first linear's
+      output, lines 113-117): the ``2·inter`` output (both halves), SiLU's output and the product (the
+      second linear's input): ``4·s·inter``, as the eager count; no bias (``--disable-bias-linear``);
+    - dropout at 0 (the launch scripts' ``--attention-dropout 0 --hidden-dropout 0``) keeps no mask:
+      ``torch.nn.functional.dropout`` returns its input at ``p = 0`` (pytorch/pytorch
+      ``aten/src/ATen/native/Dropout.cpp``, ``_dropout_impl``: ``if (p == 0 || !train ...) return input``).
+
+    Per block with ``q = h``: ``18sh + 8·s·inter`` bytes plus the statistics, where the eager count gives
+    ``20sh + 8·s·inter``: the eager RMSNorm's normalised copy (``2sh`` per norm) is not kept, and attention's
+    extra output copy takes the place of one of them."""
+    sh = float(seq_len) * hidden
+    e = ACTIVATION_ELEMENT_BYTES
+    attention = e * (2.0 * sh + 5.0 * float(seq_len) * q_dim) + SOFTMAX_STAT_BYTES * float(heads) * seq_len
+    mlp = e * (2.0 * sh + 4.0 * float(seq_len) * inter)
+    return attention, mlp
+
+
 def megatron_gpt_block_activation_bytes(seq_len: int, hidden: int, heads: int, *, flash_attention: bool,
                                         resid_dropout: bool = True, attn_dropout: bool = True
                                         ) -> tuple[float, float]:
@@ -217,45 +262,63 @@ def routed_activation_bytes(tokens: float, hidden: int, *, top_k: int, expert_ff
     return e * (2.0 * top_k * sh + 3.0 * top_k * tokens * expert_ffn)
 
 
-def with_megatron_activations(model: ModelSpec) -> ModelSpec:
-    """``model`` with every layer that has a Megatron-Core count
-    (:attr:`~dpsim.workload.spec.LayerSpec.megatron_activation_bytes_per_sample`) keeping that many
-    bytes for backward, its saved elements all 16-bit (TransformerEngine's norms keep their 16-bit
+def with_megatron_activations(model: ModelSpec, count: str = "megatron") -> ModelSpec:
+    """``model`` with every layer that has the ``count`` (:data:`ACTIVATION_COUNTS`, not ``eager``) of its
+    framework (:data:`_COUNT_FIELDS`: Megatron-Core's
+    :attr:`~dpsim.workload.spec.LayerSpec.megatron_activation_bytes_per_sample`, legacy Megatron-LM's
+    :attr:`~dpsim.workload.spec.LayerSpec.megatron_legacy_activation_bytes_per_sample`) keeping that many
+    bytes for backward, its saved elements all 16-bit (TransformerEngine's and apex's norms keep their 16-bit
     input and Megatron's residual stream is in the parameters' dtype without
     ``--fp32-residual-connection``): what a model trained by Megatron-Core keeps
-    (:func:`megatron_block_activation_bytes`, :func:`megatron_moe_activation_bytes`). Other layers
-    are left as they are."""
+    (:func:`megatron_block_activation_bytes`, :func:`megatron_moe_activation_bytes`), or legacy Megatron-LM
+    (:func:`megatron_legacy_block_activation_bytes`). Other layers are left as they are."""
+    field = _COUNT_FIELDS[count]
     return replace(model, layers=tuple(
-        layer if layer.megatron_activation_bytes_per_sample is None else
-        replace(layer, activation_bytes_per_sample=layer.megatron_activation_bytes_per_sample, saved_elements=(),
+        layer if getattr(layer, field) is None else
+        replace(layer, activation_bytes_per_sample=getattr(layer, field), saved_elements=(),
                 compiled_saved_elements=None)
         for layer in model.layers))
 
 
-ACTIVATION_COUNTS = ("eager", "megatron")
+ACTIVATION_COUNTS = ("eager", "megatron", "megatron-legacy")
 """Whose count of the activations a layer keeps for backward (``--activations``): ``eager`` (the
 Hugging Face modules run eagerly: key and value repeated to the query heads, an unfused SwiGLU, an
-eager RMSNorm) or ``megatron`` (Megatron-Core with TransformerEngine: :func:`with_megatron_activations`)."""
+eager RMSNorm), ``megatron`` (Megatron-Core with TransformerEngine: :func:`with_megatron_activations`) or
+``megatron-legacy`` (legacy Megatron-LM's ``megatron/model`` with flash-attn and apex's fused norms:
+:func:`megatron_legacy_block_activation_bytes`)."""
+
+_COUNT_FIELDS = {"megatron": "megatron_activation_bytes_per_sample",
+                 "megatron-legacy": "megatron_legacy_activation_bytes_per_sample"}
+"""The :class:`~dpsim.workload.spec.LayerSpec` field each count other than ``eager`` reads."""
 
 
-def has_megatron_count(model: ModelSpec) -> bool:
-    """Some layer of ``model`` carries a Megatron-Core count (``--activations megatron`` changes it)."""
-    return any(layer.megatron_activation_bytes_per_sample is not None for layer in model.layers)
+def has_megatron_count(model: ModelSpec, count: str = "megatron") -> bool:
+    """Some layer of ``model`` carries the ``count`` (``megatron``: Megatron-Core's; ``megatron-legacy``:
+    legacy Megatron-LM's), so ``--activations`` with it changes the model."""
+    field = _COUNT_FIELDS[count]
+    return any(getattr(layer, field) is not None for layer in model.layers)
 
 
 def with_activation_count(model: ModelSpec, count: str) -> ModelSpec:
     """``model`` keeping what ``count`` (:data:`ACTIVATION_COUNTS`) says its framework keeps for
     backward: the one place ``--activations`` is applied, for predict, memory, sweep, goodput and plan
-    alike, and for the validation harness's Megatron rows. A model none of whose layers has a
-    Megatron-Core count (only the Llama-family builder and GPT blocks with a 4h GELU MLP have one) is refused with ``megatron``
-    rather than predicted with the eager count under a flag that says otherwise."""
+    alike, and for the validation harness's Megatron rows. A model none of whose layers has that count
+    (only the Llama-family builder and GPT blocks with a 4h GELU MLP have Megatron-Core's; only
+    sequential Llama blocks with flash attention, equal query and key-value heads and a SwiGLU MLP have
+    legacy Megatron-LM's) is refused rather than predicted with the eager count under a flag that says
+    otherwise."""
     if count == "eager":
         return model
-    if not has_megatron_count(model):
-        raise ConfigError(f"--activations: megatron counts what Megatron-Core keeps of a Llama-family decoder "
-                          f"(grouped key/value heads, fused SwiGLU and norms) or of a GPT block with a 4h GELU MLP; "
+    if count not in _COUNT_FIELDS:
+        raise ConfigError(f"--activations: {count!r} is not a count; allowed: {', '.join(ACTIVATION_COUNTS)}")
+    if not has_megatron_count(model, count):
+        covers = ("a Llama-family decoder (grouped key/value heads, fused SwiGLU and norms) or a GPT block with a "
+                  "4h GELU MLP" if count == "megatron" else
+                  "a sequential Llama block with flash attention, key/value heads equal to the query heads and a "
+                  "SwiGLU MLP")
+        raise ConfigError(f"--activations: {count} counts what its framework keeps of {covers}; "
                           f"{model.name} has no layer it covers; leave --activations out (eager)")
-    return with_megatron_activations(model)
+    return with_megatron_activations(model, count)
 
 
 def eager_rms_saved_elements(seq_len: int, hidden: int, readers: int) -> tuple[tuple[float, str], ...]:
@@ -796,7 +859,8 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
            input_bytes_per_sample: float = 0.0, ops: Sequence[OpSpec] = (),
            input_byte_class: str = "act", saved_elements: Sequence[tuple[float, str]] = (),
            compiled_saved_elements: Sequence[tuple[float, str]] | None = None,
-           megatron_activation_bytes_per_sample: float | None = None) -> LayerSpec:
+           megatron_activation_bytes_per_sample: float | None = None,
+           megatron_legacy_activation_bytes_per_sample: float | None = None) -> LayerSpec:
     """A layer running the modules ``run`` in this (forward) order.
 
     It owns their parameters (listed in run order); backward runs the modules in
@@ -816,6 +880,7 @@ def _layer(name: str, run: Sequence[_Module], *, forward_flops_per_sample: float
         saved_elements=tuple(saved_elements),
         compiled_saved_elements=None if compiled_saved_elements is None else tuple(compiled_saved_elements),
         megatron_activation_bytes_per_sample=megatron_activation_bytes_per_sample,
+        megatron_legacy_activation_bytes_per_sample=megatron_legacy_activation_bytes_per_sample,
     )
 
 

@@ -313,6 +313,10 @@ class LayerSpec:
     and SwiGLU, grouped key-value heads not repeated; for a GPT block with a GELU MLP, Korthikanti et al.
     2022's count: :func:`dpsim.workload.layers.with_megatron_activations`);
     ``None``: no separate count (the layer keeps :attr:`activation_bytes_per_sample` there too)."""
+    megatron_legacy_activation_bytes_per_sample: float | None = None
+    """What the layer keeps instead under legacy Megatron-LM's ``megatron/model`` with flash-attn and apex's
+    fused norms (:func:`dpsim.workload.layers.megatron_legacy_block_activation_bytes`, ``--activations
+    megatron-legacy``); ``None``: no such count."""
     input_bytes_per_sample: float = 0.0
     """Bytes of the layer's input activations per sample (2 bytes per element): what
     activation checkpointing keeps when a checkpointed unit starts with this layer."""
