@@ -96,6 +96,7 @@ from dpsim.measure.timing import (
     Steps,
     Watchdog,
     human_bytes,
+    kernel_clock,
 )
 from dpsim.processes import meminfo_bytes
 
@@ -353,7 +354,7 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     steps.end("memory copy bandwidth")
     if plan.get("op_kernels"):
         dist.barrier()  # every rank times its kernels at once, as ranks compute at once in training
-        mine["op_rates"] = bench_ops(device, clock, plan, steps)
+        mine["op_rates"] = bench_ops(device, kernel_clock(device), plan, steps)
     if user_step is not None:
         label = f"model {plan['model']} micro-batch {plan['micro_batch']}: training step"
         steps.begin(label)
