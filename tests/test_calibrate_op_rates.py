@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 import statistics
-import time
 
 import pytest
 
@@ -188,14 +187,18 @@ def _cpu_profile_doc() -> dict:
 
 
 def _time_step_directly(layers: int, micro_batch: int, threads: int) -> float:
-    """The model's forward + loss + backward timed with torch in this process (no dpsim harness)."""
+    """The model's forward + loss + backward timed with torch in this process (no dpsim harness), on
+    the clock calibrate timed the kernels with (kernel_clock: one thread's CPU time, so neither side
+    counts the time a loaded machine gave other processes; wall time with several threads)."""
     import torch
 
+    from dpsim.measure.timing import kernel_clock
     from dpsim.workload.torch_models import example_input, tiny_gpt2_torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        clock = kernel_clock(torch.device("cpu"))
         cfg = tiny_cfg(layers)
         model = tiny_gpt2_torch(cfg)
         x = example_input(cfg, batch=micro_batch)
@@ -208,9 +211,9 @@ def _time_step_directly(layers: int, micro_batch: int, threads: int) -> float:
             step()
         times = []
         for _ in range(15):
-            t = time.perf_counter()
+            t = clock.start()
             step()
-            times.append(time.perf_counter() - t)
+            times.append(clock.stop(t))
         return statistics.median(times)
     finally:
         torch.set_num_threads(before)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -65,11 +66,12 @@ def test_rate_parser_and_spec_validation():
 _RECV = """
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 5555)); s.listen(1); c, _ = s.accept(); n = 0; t = None
+s.bind((sys.argv[1], 5555)); s.listen(1); print('ready', flush=True)
+c, _ = s.accept(); n = 0; t = None; buf = bytearray(1 << 20)
 while True:
-    d = c.recv(1 << 20)
-    if not d: break
-    t = t or time.time(); n += len(d)
+    k = c.recv_into(buf)
+    if not k: break
+    t = t or time.time(); n += k
 print(n / (time.time() - t))
 """
 _SEND = """
@@ -84,22 +86,44 @@ s.close()
 def _throughput_bytes_per_s(tb: Testbed, src: int, dst: int, seconds: float = 1.5) -> float:
     srv = subprocess.Popen(tb.command(dst, [sys.executable, "-c", _RECV, tb.host_ip(dst)]),
                            stdout=subprocess.PIPE, text=True)
-    time.sleep(0.4)
-    subprocess.run(tb.command(src, [sys.executable, "-c", _SEND, tb.host_ip(dst), str(seconds)]),
-                   check=True, timeout=30)
-    out, _ = srv.communicate(timeout=30)
+    try:
+        assert srv.stdout.readline().strip() == "ready"  # listening: a loaded machine starts it late
+        subprocess.run(tb.command(src, [sys.executable, "-c", _SEND, tb.host_ip(dst), str(seconds)]),
+                       check=True, timeout=60)
+        out, _ = srv.communicate(timeout=60)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
     return float(out.strip())
+
+
+# A NIC that shapes nothing a Python sender can push: the unshaped baseline on the same path.
+UNSHAPED_BITS_PER_S = 100e9
 
 
 @pytest.mark.slow
 @needs_testbed
 @pytest.mark.parametrize("rate", ["100mbit", "1gbit"])
 def test_links_are_shaped_to_the_rate(rate):
+    """Never above the rate, and the rate reached wherever the sender could push it. A CPU-starved
+    Python sender (8 CPU burners on a 2-core box, load average ~23) pushed 383 and 428 Mbit/s over
+    a 1 Gbit/s link, and no more over any link; so the shaped goodput is held to the smaller of the
+    rate and what the same sender pushes over the same path of an unshaped testbed next to it,
+    timed before and after each shaped transfer in turn (a change of load between the moments
+    moves both sides of a pair)."""
     bits = parse_rate_bits_per_s(rate)
-    with Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=bits)) as tb:
-        got = _throughput_bytes_per_s(tb, 0, 1)
+    shaped, ratios = [], []
+    with (Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=bits)) as tb,
+          Testbed(spec=TestbedSpec(hosts=2, nic_bits_per_s=UNSHAPED_BITS_PER_S)) as free):
+        for order in ((free, tb), (tb, free)):
+            pair = {id(t): _throughput_bytes_per_s(t, 0, 1) for t in order}
+            shaped.append(pair[id(tb)])
+            ratios.append(pair[id(tb)] / min(bits / 8, pair[id(free)]))
+            print(f"{rate}: shaped {8e-6 * pair[id(tb)]:.0f} Mbit/s, unshaped {8e-6 * pair[id(free)]:.0f} Mbit/s")
     # TCP goodput over a shaped link: 90-100 % of the line rate (headers, slow start).
-    assert 0.85 * bits / 8 < got <= 1.02 * bits / 8
+    assert max(shaped) <= 1.02 * bits / 8, shaped
+    assert statistics.median(ratios) > 0.85, (shaped, ratios)
 
 
 @pytest.mark.slow

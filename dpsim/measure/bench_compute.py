@@ -9,6 +9,8 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from typing import Callable
 
 import torch
@@ -23,6 +25,7 @@ from dpsim.measure.trainstep import (
     measure_interference,
     measure_step,
     measure_step_after_comm,
+    timed_run,
 )
 
 # ----------------------------------------------------------------------------- compute
@@ -125,29 +128,101 @@ def fresh_process_schedule(processes: int) -> list[int]:
 
 def fresh_process_plan(plan: dict, threads: int) -> dict:
     """What one fresh process (:mod:`dpsim.measure.step_probe`) is handed: the calibration
-    plan's model step, with ``threads`` intra-op threads and a shorter budget."""
+    plan's model step, with ``threads`` intra-op threads."""
     child = {k: plan.get(k) for k in ("model", "micro_batch", "input_shape", "seq_len", "optimizer", "seed",
-                                       "warmup", "target_rel_ci")}
-    iters = max(5, plan["iters"])
-    child.update(threads=threads, iters=iters, max_iters=max(iters, plan.get("max_iters", 2 * iters)),
-                 budget_s=min(30.0, plan.get("budget_s", 60.0) / 2))
+                                       "warmup")}
+    child.update(threads=threads)
     return child
 
 
-def bench_fresh_processes(plan: dict, barrier: Callable[[], None], processes: int = FRESH_PROCESSES) -> list[float]:
-    """The step's median in each of ``processes`` fresh processes on this rank, started on every
-    rank at once (``barrier``), as training runs it: one process per rank, all computing."""
-    child = fresh_process_plan(plan, threads=torch.get_num_threads())
-    medians = []
+def fresh_process_pairs(plan: dict) -> tuple[int, int, float]:
+    """How many paired steps one fresh process runs: at least, at most, and the seconds after
+    which the pairs stop once the least is reached."""
+    least = max(5, plan["iters"])
+    return least, max(least, plan.get("max_iters") or 2 * least), min(30.0, plan.get("budget_s", 60.0) / 2)
+
+
+class _Probe:
+    """One fresh process (:mod:`dpsim.measure.step_probe`), driven a step at a time."""
+
+    def __init__(self, plan: dict):
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "dpsim.measure.step_probe"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+        self._send(json.dumps(fresh_process_plan(plan, threads=torch.get_num_threads())))
+        self._receive("ready")
+
+    def _send(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self._failed()
+
+    def _receive(self, key: str):
+        line = self.proc.stdout.readline()
+        if not line:
+            self._failed()
+        return json.loads(line)[key]
+
+    def _failed(self):
+        code = self.proc.wait()
+        self.stderr.seek(0)
+        tail = (self.stderr.read().strip().splitlines() or ["no output"])[-1]
+        raise CalibrationError(f"--model: the step in a fresh process failed (exit {code}): {tail}")
+
+    def step(self) -> float:
+        self._send("step")
+        return float(self._receive("step_s"))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a child that ignores end of input
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+
+
+def bench_fresh_processes(plan: dict, step: TrainStep, agree, processes: int = FRESH_PROCESSES) -> list[dict]:
+    """The step in each of ``processes`` fresh processes on this rank, paired step by step with
+    this process's own ``step``; every rank at once (``agree``), as training runs it: one process
+    per rank, all computing.
+
+    Each pair is one step here and one in the fresh process, back to back, the order alternating
+    (a steady drift of the machine's speed then favours neither side); a pair's ratio is fresh
+    over here. Timed apart (the fresh processes at three moments, this process's step at
+    another) a change of the machine's load between the moments read as a difference of the
+    processes: 5.15 and 7.30 with CPU burners on a 2-core box. Returns, per fresh process, its
+    median step (``median_s``), this process's median over the same pairs (``own_median_s``)
+    and the pairs' ratios (``ratios``).
+    """
+    least, most, budget_s = fresh_process_pairs(plan)
+    out = []
     for _ in range(processes):
-        barrier()
-        out = subprocess.run([sys.executable, "-m", "dpsim.measure.step_probe"], input=json.dumps(child),
-                             capture_output=True, text=True, timeout=plan.get("timeout_s", 600))
-        if out.returncode != 0:
-            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-            raise CalibrationError(f"--model: the step in a fresh process failed (exit {out.returncode}): {tail}")
-        medians.append(float(json.loads(out.stdout.strip().splitlines()[-1])["median_s"]))
-    return medians
+        probe = _Probe(plan)
+        try:
+            agree([], False)  # every rank's pairs start at once
+            fresh: list[float] = []
+            own: list[float] = []
+            start = time.monotonic()
+            while True:
+                if len(fresh) % 2 == 0:
+                    own.append(timed_run(step))
+                    fresh.append(probe.step())
+                else:
+                    fresh.append(probe.step())
+                    own.append(timed_run(step))
+                _, stop = agree([], time.monotonic() - start > budget_s)
+                if len(fresh) >= most or (stop and len(fresh) >= least):
+                    break
+        finally:
+            probe.close()
+        out.append({"median_s": statistics.median(fresh), "own_median_s": statistics.median(own),
+                    "ratios": [f / o for f, o in zip(fresh, own)]})
+    return out
 
 
 def bench_step_after_comm(step: TrainStep, plan: dict, agree) -> dict:

@@ -53,7 +53,8 @@ def op_steps(plan: dict) -> int:
 def bench_ops(device: torch.device, clock: Clock, plan: dict, steps: Steps) -> dict:
     """Times ``plan["op_kernels"]`` (:func:`dpsim.profile.op_rates.kernels_to_time`) in ``plan["op_dtype"]``,
     one progress step each (the watchdog and the supervisor see a long sweep progress); stops timing
-    kernels when ``plan["budget_s"]`` has passed (those left count in ``left_out``)."""
+    kernels when ``plan["budget_s"]`` has passed (those left count in ``left_out``). ``clock`` is the
+    harness's :func:`~dpsim.measure.timing.kernel_clock`: a kernel's own time, not the machine's load."""
     kernels = plan["op_kernels"]
     dtype = getattr(torch, plan["op_dtype"])
     batch_s = plan["batch_s"]

@@ -96,6 +96,7 @@ from dpsim.measure.timing import (
     Steps,
     Watchdog,
     human_bytes,
+    kernel_clock,
 )
 from dpsim.processes import meminfo_bytes
 
@@ -208,6 +209,17 @@ def _node_layout(plan: dict, rank: int, world: int) -> tuple[list[list[int]], li
     return [nodes[k] for k in sorted(nodes)], hostnames, how
 
 
+def _agree_max(reduce_device) -> Callable[[list[float], bool], tuple[list[float], bool]]:
+    """Every rank's times and flag, each the largest over ranks (the slowest rank's time; a
+    flag any rank raised): all ranks see the same values and so stop together."""
+    def agree(times: list[float], flag: bool) -> tuple[list[float], bool]:
+        t = torch.tensor(list(times) + [1.0 if flag else 0.0], dtype=torch.float64, device=reduce_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        values = t.tolist()
+        return values[:-1], values[-1] > 0
+    return agree
+
+
 def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) -> dict | None:
     nodes, hostnames, nodes_from = _node_layout(plan, rank, world)
     steps.end("process group start-up")
@@ -222,19 +234,19 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
         steps.end(label)
     on_cpu_with_step = user_step is not None and device.type == "cpu"
     fresh_counts = fresh_process_schedule(plan.get("fresh_processes", FRESH_PROCESSES) if on_cpu_with_step else 0)
-    fresh_medians: list[float] = []
+    fresh_runs: list[dict] = []
 
-    def fresh_probe(point: int) -> list[float]:
-        """The step in fresh processes at one point of the calibration (every rank at once);
-        returns every fresh process's median so far, in the order they ran."""
+    def fresh_probe(point: int) -> list[dict]:
+        """The step in fresh processes at one point of the calibration, paired with this
+        process's (every rank at once); returns every fresh process's so far, in the order they ran."""
         n = fresh_counts[point]
         if n:
             label = (f"training step in {n} fresh process{'es' if n > 1 else ''} "
                      f"({FRESH_PROCESS_POINTS[point]} of the calibration)")
             steps.begin(label)
-            fresh_medians.extend(bench_fresh_processes(plan, dist.barrier, n))
+            fresh_runs.extend(bench_fresh_processes(plan, user_step, _agree_max(_reduce_device(backend, device)), n))
             steps.end(label)
-        return list(fresh_medians)
+        return list(fresh_runs)
 
     fresh_probe(0)
     sizes_in = [int(s) for s in plan["sizes"]]
@@ -330,17 +342,10 @@ def _calibrate(plan, rank, world, device, clock, steps: Steps, backend, emit) ->
 
 
 def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_node, user_step,
-             fresh_probe: Callable[[int], list[float]]) -> dict:
+             fresh_probe: Callable[[int], list[dict]]) -> dict:
     out: dict[str, Any] = {}
     fresh_probe(1)
-    rd = _reduce_device(backend, device)
-
-    def agree(times: list[float], flag: bool) -> tuple[list[float], bool]:
-        t = torch.tensor(list(times) + [1.0 if flag else 0.0], dtype=torch.float64, device=rd)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        values = t.tolist()
-        return values[:-1], values[-1] > 0
-
+    agree = _agree_max(_reduce_device(backend, device))
     steps.begin("matmul throughput")
     mine = {"matmul": bench_matmul(device, clock, plan)}
     steps.end("matmul throughput")
@@ -349,7 +354,7 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     steps.end("memory copy bandwidth")
     if plan.get("op_kernels"):
         dist.barrier()  # every rank times its kernels at once, as ranks compute at once in training
-        mine["op_rates"] = bench_ops(device, clock, plan, steps)
+        mine["op_rates"] = bench_ops(device, kernel_clock(device), plan, steps)
     if user_step is not None:
         label = f"model {plan['model']} micro-batch {plan['micro_batch']}: training step"
         steps.begin(label)
@@ -366,7 +371,8 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
     steps.end("interference of compute and all-reduce")
     fresh = fresh_probe(2)
     if user_step is not None and fresh:
-        mine["model_step"]["fresh_process_medians_s"] = fresh
+        mine["model_step"]["fresh_process_medians_s"] = [f["median_s"] for f in fresh]
+        mine["model_step"]["fresh_process_ratios"] = [r for f in fresh for r in f["ratios"]]
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank != 0:
@@ -396,13 +402,14 @@ def _compute(plan, rank, world, device, clock, steps, backend, node_groups, my_n
         if "layer_times" in slowest:
             first["layer_times"] = slowest["layer_times"]
         first["own_step_times_s"] = [s["own_step_times_s"] for s in steps_]  # per rank: build takes each one's CV
-        if all("fresh_process_medians_s" in s for s in steps_):
-            # The level from fresh processes (dpsim.measure.step_probe): each rank's median
-            # over them against its own in-process median, the median over ranks.
+        if all("fresh_process_ratios" in s for s in steps_):
+            # The level from fresh processes (dpsim.measure.step_probe): each rank's median of
+            # its paired ratios (a fresh process's step over this process's, timed back to back:
+            # bench_fresh_processes), the median over ranks.
             first["fresh_process_medians_s"] = [s["fresh_process_medians_s"] for s in steps_]
-            first["fresh_process_ratio"] = statistics.median(
-                statistics.median(s["fresh_process_medians_s"]) / statistics.median(s["own_step_times_s"])
-                for s in steps_)
+            first["fresh_process_ratios"] = [s["fresh_process_ratios"] for s in steps_]
+            first["fresh_process_ratio"] = statistics.median(statistics.median(s["fresh_process_ratios"])
+                                                             for s in steps_)
         first.update({k: plan.get(k) for k in ("structure_hash", "forward_flops_per_sample")})
         out["model_step"] = first
     return out

@@ -408,6 +408,17 @@ def measure_step(step: TrainStep, *, layers: list[tuple[str, list[str]]] | None 
     return out
 
 
+def timed_run(step: TrainStep, clock: _Clock | None = None) -> float:
+    """Wall seconds of one whole :meth:`TrainStep.run` (the device synchronised on both sides)."""
+    if clock is None:
+        clock = _Clock(next((p.device for p in step.model.parameters()), torch.device("cpu")))
+    clock.sync()
+    t0 = time.perf_counter()
+    step.run()
+    clock.sync()
+    return time.perf_counter() - t0
+
+
 def measure_step_after_comm(step: TrainStep, *, comm_bytes: int, group=None, min_iters: int = 8,
                             max_iters: int = 30, budget_s: float = 30.0, agree: Agree = solo) -> dict:
     """The step right after the rank waited on an all-reduce of ``comm_bytes``, against the
@@ -428,11 +439,7 @@ def measure_step_after_comm(step: TrainStep, *, comm_bytes: int, group=None, min
     buf = torch.zeros(max(1, comm_bytes // 4), dtype=torch.float32, device=device)
 
     def timed_step() -> float:
-        clock.sync()
-        t0 = time.perf_counter()
-        step.run()
-        clock.sync()
-        return time.perf_counter() - t0
+        return timed_run(step, clock)
 
     timed_step()
     waits, after, back = [], [], []

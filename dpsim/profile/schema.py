@@ -230,9 +230,12 @@ class ModelStep:
     after_comm_wait_s: float | None = None
     """How long that all-reduce took: the wait :attr:`after_comm_extra_s` followed."""
     fresh_process_ratio: float | None = None
-    """The step's median in fresh processes over its median in the calibrating process
-    (:mod:`dpsim.measure.step_probe`, CPU hosts): every time above is the in-process
-    time scaled by it. ``None``: not measured (a GPU, or an older profile)."""
+    """How much longer the step takes in fresh processes than in the calibrating process
+    (:mod:`dpsim.measure.step_probe`, CPU hosts): the median of paired ratios, each a fresh
+    process's step over the calibrating process's timed back to back (each rank's median, the
+    median over ranks; profiles before pairing took the ratio of medians timed minutes apart).
+    Every time above is the in-process time scaled by it. ``None``: not measured (a GPU, or an
+    older profile)."""
     fresh_process_steps_s: tuple[float, ...] | None = None
     """Each fresh process's median step, the slowest rank's, in the order they ran (spread over
     the calibration's start, middle and end): how far the host's speed drifted meanwhile.
