@@ -325,7 +325,18 @@ def _flow_by_flow(sim, placed):
 TOP3 = Path(__file__).parents[1] / "topologies" / "examples" / "fat-tree-3tier.yaml"
 
 
-def test_flow_classes_give_the_flow_by_flow_speeds():
+def _ring_top3(tmp_path: Path) -> Path:
+    """The 3-tier fat tree with A100 servers: no NVLink SHARP, so NCCL's ring carries every job's all-reduce and
+    each of its hops crosses the 4:1 tier. On H100 servers the jobs take NVLS trees since NCCL's per-channel
+    LL128 limit slowed the ring across NICs (2026-12-07), and those trees do not load that tier enough to contend."""
+    path = tmp_path / "fat-tree-3tier-a100.yaml"
+    text = TOP3.read_text()
+    assert "\ngpu: h100\n" in text
+    path.write_text(text.replace("\ngpu: h100\n", "\ngpu: a100\n", 1))
+    return path
+
+
+def test_flow_classes_give_the_flow_by_flow_speeds(tmp_path):
     # Jobs whose every ring hop crosses the 4:1 tier of the 3-tier rail-optimised fat tree: their flows
     # merged into classes of flows on the same links (fewer than the flows) give each job the speed and
     # binding link of a flow-by-flow max-min of all their flows at once.
@@ -333,7 +344,8 @@ def test_flow_classes_give_the_flow_by_flow_speeds():
 
     models = ["gpt2-medium", "gpt2-xl", "gpt2-large", "gpt2"]
     jobs = [{"name": f"j{k}", "model": models[k], "gpus": 64 * (1 + k % 2), "steps": 5} for k in range(4)]
-    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(TOP3), "gpus": 2048}, "jobs": jobs}))
+    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(_ring_top3(tmp_path)), "gpus": 2048}, "jobs": jobs}))
+    assert {j.algorithm for j in sim.solo.values()} == {"ring"}
     placed = [[(m % 2) * 128 + 16 * (m // 2) + k for m in range(j.gpus // 8)] for k, j in enumerate(sim.spec.jobs)]
     traffic = [sim.traffic(j, s) for j, s in zip(sim.spec.jobs, placed)]
     speeds, binding = sim.speeds(traffic)
@@ -345,7 +357,7 @@ def test_flow_classes_give_the_flow_by_flow_speeds():
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_group_solve_matches_flow_by_flow_on_random_groups(seed):
+def test_group_solve_matches_flow_by_flow_on_random_groups(seed, tmp_path):
     # Four jobs of random models and sizes at random offsets under the leaves of the 3-tier fat tree: the
     # group solve (classes, private links apart, every job's binding link found at once) gives each job
     # the speed and binding link of the flow-by-flow max-min.
@@ -356,7 +368,8 @@ def test_group_solve_matches_flow_by_flow_on_random_groups(seed):
     rng = random.Random(seed)
     models = rng.sample(["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"], 4)
     jobs = [{"name": f"j{k}", "model": m, "gpus": rng.choice([64, 128]), "steps": 5} for k, m in enumerate(models)]
-    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(TOP3), "gpus": 2048}, "jobs": jobs}))
+    sim = MixSimulation(mix_from_dict({"cluster": {"topology": str(_ring_top3(tmp_path)), "gpus": 2048}, "jobs": jobs}))
+    assert {j.algorithm for j in sim.solo.values()} == {"ring"}
     # Each ring alternates between the cluster's halves, one server per leaf (every hop crosses the 4:1
     # tier), each job at its own random offset under the same leaves.
     offsets = rng.sample(range(4), len(jobs))
