@@ -50,3 +50,11 @@ def canonical_choice(value: object, choices) -> object:
     folded = value.strip().casefold()
     matches = [c for c in choices if isinstance(c, str) and c.casefold() == folded]
     return matches[0] if len(matches) == 1 else value
+
+
+def canonical_choices(values: object, choices) -> object:
+    """Each item of a list or tuple of names in its canonical letter case (:func:`canonical_choice`), the
+    container's type kept; anything else is returned as it is, for the caller's check to refuse."""
+    if not isinstance(values, (list, tuple)):
+        return values
+    return type(values)(canonical_choice(v, choices) for v in values)

@@ -10,7 +10,7 @@ from dpsim.cli.app import _emit_json
 from dpsim.cli.checks import require_torch, size_sweep
 from dpsim.cli.panels import CLUSTER, MEASURED_COLLECTIVES, MEASURED_COMPUTE, NCCL_TESTS_LOGS, OUTPUT, REPEATS
 from dpsim.errors import ConfigError
-from dpsim.wording import canonical_choice
+from dpsim.wording import canonical_choice, canonical_choices
 from dpsim.limits import (
     MAX_CALIBRATE_BYTES,
     MAX_MICRO_BATCH,
@@ -31,7 +31,7 @@ def _names(raw: Optional[str], flag: str, choices=()) -> Optional[list[str]]:
     every other choice flag takes any case), refused in one line when an item is empty or repeated."""
     if raw is None:
         return None
-    names = [canonical_choice(x.strip(), choices) for x in raw.split(",")]
+    names = canonical_choices([x.strip() for x in raw.split(",")], choices)
     if not all(names):
         # An empty list read as "left out" (every op, the default dtypes): --ops '' measured everything.
         raise ConfigError(f"{flag}: {raw!r} is not valid; give comma-separated names without empty items, or leave "

@@ -197,7 +197,7 @@ from dpsim.workload.precision import (FP8_PARAMS_STRATEGIES, check_fp8_params_st
                                       get_precision)
 from dpsim.workload.routing import parse_routing
 from dpsim.variability.spec import VariabilitySpec
-from dpsim.wording import canonical_choice
+from dpsim.wording import canonical_choice, canonical_choices
 from dpsim.workload.spec import ModelSpec, is_mtp_unit
 
 _LAYOUT_OWN = frozenset({"gpus", "tp", "pp", "dp", "cp", "ep", "etp", "cp_comm", "cp_balance", "tp_comm_overlap",
@@ -665,15 +665,6 @@ def _refuse_repeats(values: Sequence, flag: str) -> None:
         if v in seen:
             raise ConfigError(f"{flag}: {','.join(map(str, values))} repeats {v}; give each value once")
         seen.add(v)
-
-
-def canonical_choices(values: Any, choices: Sequence[str]) -> Any:
-    """Each name of a search axis in its canonical letter case (:func:`~dpsim.wording.canonical_choice`:
-    ``--strategies ZeRO1,FSDP`` and ``schedules=["GPipe"]`` were refused, though predict takes ``--strategy
-    ZeRO1`` and ``--schedule GPipe``); anything but a list or tuple is left for the check to refuse."""
-    if not isinstance(values, (list, tuple)):
-        return values
-    return type(values)(canonical_choice(v, choices) for v in values)
 
 
 def _check_choice_values(values: Any, flag: str, choices: Sequence[str]) -> None:
