@@ -281,3 +281,25 @@ def test_calibrate_plans_the_kernels_of_the_model_it_is_given():
     assert plan["budget_s"] == 30.0 and plan["op_memory_bytes"] == list(MEMORY_KERNEL_BYTES)
     assert build_plan(opts, "nccl", model).op_dtype == "bfloat16"
     assert build_plan(CalibrateOptions(), "gloo", None).op_kernels is None
+
+
+def test_the_gpt2_module_starts_as_gpt2_does_so_its_step_times_no_denormals():
+    """The reference GPT-2 module calibrate and this file time: embeddings at GPT-2's std 0.02
+    (transformers' ``_init_weights``). At torch's N(0, 1) the tied head put logits tens of nats apart:
+    17 of the logits' gradients and thousands in every block were subnormal, and a CPU step on an
+    AVX-512 host ran 20x slower (1.8 s against 0.09 s), timing the denormals, not the model."""
+    import torch
+
+    from dpsim.workload.torch_models import example_input, tiny_gpt2_torch
+
+    torch.manual_seed(0)
+    cfg = tiny_cfg(4)
+    model = tiny_gpt2_torch(cfg)
+    assert 0.015 < float(model.transformer.wte.weight.std()) < 0.025
+    x = example_input(cfg, batch=2)
+    logits = model(x)
+    torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1)).backward()
+    tiny = torch.finfo(torch.float32).tiny
+    subnormal = {n: int(((p.grad != 0) & (p.grad.abs() < tiny)).sum()) for n, p in model.named_parameters()}
+    assert not any(subnormal.values()), {n: k for n, k in subnormal.items() if k}
+    assert float(logits.std()) < 5  # nats: a softmax whose tail stays in float32's normal range
