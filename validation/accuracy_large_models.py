@@ -885,13 +885,11 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         kw["link"] = system.link
     recompute = full if isinstance(full, str) else ("full" if full else "off")
     if row["data_parallel"].startswith("fsdp2"):
-        ep_row = int(row["ep"] or 1)
-        if tp * pp == 1 and ep_row > 1:
+        if tp * pp == 1:
             # With expert parallelism dpsim's layout path runs the fsdp replicas as torchtitan's FSDP2 itself
             # (resharded after each forward without pp) and refuses --fsdp-version (R209-R214).
-            pass
-        elif tp * pp == 1:
-            kw["fsdp_version"] = "2"
+            if int(row["ep"] or 1) == 1:
+                kw["fsdp_version"] = "2"
         else:  # dpsim's FSDP2 is data parallelism alone
             assumed.append("FSDP2 with tensor parallelism as the layout path's sharding (no --fsdp-version 2)")
     if row["framework"].startswith("InternLM") and strategy == "zero1":
