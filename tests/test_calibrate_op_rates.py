@@ -24,6 +24,7 @@ from dpsim.profile.match import model_fingerprint
 from dpsim.profile.op_rates import MEMORY_KERNEL_BYTES, gemms, kernels_to_time, matmul_rate
 from dpsim.profile.schema import AttentionRate, ComputeCalibration, MatmulRate, ModelStep, OpRates
 from dpsim.workload.architectures import GPT2Config, build_gpt2
+from dpsim.workload.memory_kinds import MEMORY_KINDS, memory_kind
 from dpsim.workload.roofline import pass_bytes
 from dpsim.workload.precision import get_precision
 from dpsim.workload.spec import AttentionOp, MatmulOp, MemoryOp
@@ -119,6 +120,17 @@ def test_old_profile_without_op_rates_predicts_as_before_and_refuses_op_rates():
         PredictConfig(gpus=16, op_rates=True)
 
 
+def _kind_fit(rates: OpRates, kind: str, direction: str) -> tuple[float, float]:
+    """The rule of :func:`dpsim.profile.op_rates.memory_fit`, written out: the kind's fit that way, a
+    kind without a backward kernel its forward fit, else the one element-wise fit."""
+    fits = {(k.kind, k.direction): (k.launch_s, k.bandwidth_bytes_per_s) for k in rates.memory_kinds}
+    if (kind, direction) in fits:
+        return fits[kind, direction]
+    if direction == "backward" and kind in MEMORY_KINDS and not MEMORY_KINDS[kind] and (kind, "forward") in fits:
+        return fits[kind, "forward"]
+    return rates.launch_s, rates.bandwidth_bytes_per_s
+
+
 def _expected_fwd_bwd_s(model, rates: OpRates, micro_batch: int, precision) -> float:
     """Every op from the measured kernels of its exact shapes (all timed), summed."""
     by_gemm = {(r.m, r.n, r.k, r.batch): r.time_s for r in rates.matmuls}
@@ -132,13 +144,14 @@ def _expected_fwd_bwd_s(model, rates: OpRates, micro_batch: int, precision) -> f
                 total += by_attention[(op.heads * micro_batch, op.seq, op.head_dim, op.causal)]
             else:
                 assert isinstance(op, MemoryOp)
-                for passes, elements in ((op.forward, op.elements * micro_batch),
-                                         (op.backward, op.elements * micro_batch)):
+                for passes, elements, direction in ((op.forward, op.elements * micro_batch, "forward"),
+                                                    (op.backward, op.elements * micro_batch, "backward")):
                     moved = elements * sum(n * pass_bytes(c, precision) for n, c in passes)
                     if op.fixed_backward and passes is op.backward:
                         moved += op.fixed_elements * sum(n * pass_bytes(c, precision) for n, c in op.fixed_backward)
                     if moved:
-                        total += rates.launch_s + moved / rates.bandwidth_bytes_per_s
+                        launch_s, bandwidth = _kind_fit(rates, memory_kind(op), direction)
+                        total += launch_s + moved / bandwidth
     return total
 
 
