@@ -421,16 +421,17 @@ def _merge_op_rates(per_rank: list[dict]) -> dict:
     out: dict[str, Any] = {"left_out": max(r["left_out"] for r in per_rank)}
     for kind, shape, times in (("matmul", ("m", "n", "k", "batch"), ("time_s",)),
                                ("attention", ("batch_heads", "seq", "head_dim", "causal"), ("forward_s", "backward_s")),
-                               ("memory", ("size_bytes",), ("time_s",))):
+                               ("memory", ("size_bytes",), ("time_s",)),
+                               ("memory_kinds", ("kind", "direction", "size_bytes"), ("time_s",))):
         by_shape: dict[tuple, list[dict]] = {}
         for rows in per_rank:
-            for row in rows[kind]:
+            for row in rows.get(kind, []):
                 by_shape.setdefault(tuple(row[f] for f in shape), []).append(row)
         merged = []
         for key, rows in by_shape.items():
             if len(rows) == len(per_rank):
                 merged.append({**dict(zip(shape, key)), **{t: med(r[t] for r in rows) for t in times}})
-            elif kind != "memory":
+            elif kind not in ("memory", "memory_kinds"):
                 out["left_out"] += 1
         out[kind] = merged
     return out

@@ -49,6 +49,7 @@ from dpsim.profile.schema import (
     ComputeCalibration,
     LayerTiming,
     MatmulRate,
+    MemoryKindRate,
     OpRates,
     Measurement,
     ModelStep,
@@ -58,6 +59,7 @@ from dpsim.profile.schema import (
     op_bus_factor,
 )
 from dpsim.shipped import shipped_dir
+from dpsim.workload.memory_kinds import DIRECTIONS, MEMORY_KINDS
 from dpsim.workload.spec import DTYPE_SIZE_BYTES
 
 
@@ -183,10 +185,11 @@ _MEAS = ("size_bytes", "time_s", "min_s", "max_s", "q1_s", "q3_s", "repeats", "m
          "source")
 _COMPUTE = ("device", "matmul_flops_per_s", "memory_bandwidth_bytes_per_s", "overlap_slowdown", "comm_slowdown",
             "model_step", "matmul", "memcpy", "overlap", "op_rates")
-_OP_RATES = ("matmul", "attention", "memory", "left_out")
+_OP_RATES = ("matmul", "attention", "memory", "memory_kinds", "left_out")
 _MATMUL_RATE = ("dtype", "m", "n", "k", "batch", "time_s")
 _ATTENTION_RATE = ("dtype", "batch_heads", "seq", "head_dim", "causal", "forward_s", "backward_s")
 _MEMORY_RATE = ("launch_s", "bandwidth_bytes_per_s", "points")
+_MEMORY_KIND_RATE = ("kind", "direction", "launch_s", "bandwidth_bytes_per_s", "points")
 _STEP = ("model", "micro_batch", "dtype", "forward_s", "backward_s", "layers") + STEP_OPTIONAL
 _LAYER = ("name", "forward_s", "backward_s")
 
@@ -370,7 +373,36 @@ def _read_op_rates(doc: _Doc) -> OpRates:
             md.fail(md.field("bandwidth_bytes_per_s"), bandwidth, "given together with launch_s (both or neither)")
     return OpRates(matmuls=tuple(matmuls), attention=tuple(attention), launch_s=launch,
                    bandwidth_bytes_per_s=bandwidth, memory_points=tuple(points),
+                   memory_kinds=_read_memory_kinds(doc, time),
                    left_out=doc.integer("left_out", minimum=0, default=0))
+
+
+def _read_memory_kinds(doc: _Doc, time) -> tuple[MemoryKindRate, ...]:
+    """``compute.op_rates.memory_kinds``: each kind's fit, at most one per kind and direction."""
+    kinds: list[MemoryKindRate] = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(doc.list("memory_kinds", default=[])):
+        d = _Doc(doc.origin, f"{doc.field('memory_kinds')}[{i}]", raw, _MEMORY_KIND_RATE)
+        kind = d.string("kind")
+        if kind not in MEMORY_KINDS:
+            d.fail(d.field("kind"), kind, "one of " + ", ".join(MEMORY_KINDS))
+        direction = d.string("direction")
+        if direction not in DIRECTIONS:
+            d.fail(d.field("direction"), direction, "one of " + ", ".join(DIRECTIONS))
+        if (kind, direction) in seen:
+            d.fail(d.field("direction"), direction, f"one entry per kind and direction ({kind} {direction} repeats)")
+        seen.add((kind, direction))
+        points = []
+        for j, raw_point in enumerate(d.list("points", default=[])):
+            p = _Doc(doc.origin, f"{d.field('points')}[{j}]", raw_point, ("size_bytes", "time_s"))
+            points.append((p.number("size_bytes", strict=True, maximum=MAX_COLLECTIVE_BYTES), time(p, "time_s")))
+        kinds.append(MemoryKindRate(kind=kind, direction=direction,
+                                    launch_s=d.number("launch_s", maximum=MAX_FIT_LATENCY_S),
+                                    bandwidth_bytes_per_s=d.number("bandwidth_bytes_per_s", strict=True,
+                                                                   minimum=MIN_PROFILE_RATE,
+                                                                   maximum=MAX_PROFILE_BYTES_PER_S),
+                                    points=tuple(points)))
+    return tuple(kinds)
 
 
 def profile_from_dict(data: Any, origin: str = "profile") -> Profile:

@@ -4,8 +4,12 @@
 (:attr:`dpsim.workload.spec.LayerSpec.ops`) on the rank's device: every distinct GEMM
 (:func:`gemms`: a matmul's forward and its two backward GEMMs, ``m`` times the micro-batch),
 every fused attention kernel (SDPA at the op's shape; on a CPU torch runs its math kernel, as CPU
-training does), and an element-wise kernel at a few sizes, fitted as
-``time = launch_s + bytes / bandwidth`` (:class:`~dpsim.profile.schema.OpRates`).
+training does), an element-wise kernel at a few sizes, fitted as
+``time = launch_s + bytes / bandwidth`` (:class:`~dpsim.profile.schema.OpRates`), and one
+representative kernel of each kind of memory-bound op the model has
+(:data:`dpsim.workload.memory_kinds.MEMORY_KINDS`: LayerNorm, GELU, cross-entropy, a residual add,
+a transposing copy, ...; forward and, where it is a kernel of its own, backward) at the model's
+size and two smaller ones (:func:`memory_kind_sizes`), fitted the same way per kind and direction.
 ``predict --calibration`` then costs each op of the model it predicts with them
 (:func:`op_rate_compute`) instead of the GPU preset's roofline:
 
@@ -20,8 +24,11 @@ training does), and an element-wise kernel at a few sizes, fitted as
   the nearest kernel by the same rule over ``(ln seq, ln head_dim, ln batch·heads)``, among
   those with the same mask when any.
 * **a memory-bound op** takes ``launch_s + bytes / bandwidth`` per kernel each way, its bytes
-  the roofline's (:func:`dpsim.workload.roofline.pass_bytes`), as do autocast's weight casts
-  (one kernel per weight).
+  the roofline's (:func:`dpsim.workload.roofline.pass_bytes`), at its kind's fit for that way
+  (:func:`dpsim.workload.memory_kinds.memory_kind`; a kind without a backward kernel of its own
+  costs its backward at its forward fit), else at the one element-wise fit, as do autocast's
+  weight casts (one kernel per weight). A CPU runs LayerNorm, GELU's tanh and softmax
+  compute-bound, far below a copy's bandwidth, so one fit for all of them under-costs them.
 
 What the profile did not time is costed as without op rates, at the profile's measured matmul
 rates and copy bandwidth, and said so: a convolution (timed as a plain GEMM it would be
@@ -35,8 +42,9 @@ import math
 from dataclasses import replace
 
 from dpsim.profile.fit import fit_alpha_beta
-from dpsim.profile.schema import AttentionRate, MatmulRate, OpRates
+from dpsim.profile.schema import AttentionRate, MatmulRate, MemoryKindRate, OpRates
 from dpsim.workload.compute import autocast_weight_bytes, layer_times
+from dpsim.workload.memory_kinds import MEMORY_KINDS, memory_kind
 from dpsim.workload.roofline import FUSED_ATTENTION_BACKWARD_FLOPS, op_kind, op_times, pass_bytes
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec
 
@@ -47,6 +55,16 @@ in the step first); the rest are costed from their nearest timed neighbour (:cla
 MEMORY_KERNEL_BYTES = tuple(4**i * 2**12 for i in range(8))
 """Bytes one element-wise kernel moves (read + write) in the launch + bandwidth fit: 4 KiB to
 64 MiB by factors of 4, small enough to time the launch and large enough to leave the caches."""
+
+
+MEMORY_KIND_SIZE_FRACTIONS = (1 / 16, 1 / 4, 1.0)
+"""Sizes each memory-bound kind is timed at, as fractions of its largest op in the model (rounded to whole
+rows): the model's own size, and two smaller ones to fit ``launch_s + bytes / bandwidth`` (ASSUMED: a
+factor of 4 apart, the element-wise sweep's step, spans launch- and bytes-bound at the model's sizes)."""
+
+DEFAULT_ROW_ELEMENTS = 1024
+"""Row length of a kind's timed tensor when the model's tokens per sample do not give one (ASSUMED: a
+LayerNorm or softmax costs per element about alike at any row of this order)."""
 
 
 def gemms(op: MatmulOp, micro_batch: int) -> tuple[tuple[int, int, int, int], ...]:
@@ -75,15 +93,42 @@ def _kernel_flops(model: ModelSpec, micro_batch: int) -> dict[tuple, float]:
     return flops
 
 
+def memory_kind_sizes(model: ModelSpec, micro_batch: int) -> list[dict]:
+    """Each kind of memory-bound op ``model`` has (:data:`MEMORY_KINDS` order): ``{"kind", "row",
+    "elements": [...]}``, the tensor's row length (its largest op's elements per token, e.g. the hidden
+    size of a LayerNorm, the vocabulary of the loss) and the element counts to time it at
+    (:data:`MEMORY_KIND_SIZE_FRACTIONS` of that op's elements at ``micro_batch``, whole rows)."""
+    largest: dict[str, float] = {}
+    for layer in model.layers:
+        for op in layer.ops:
+            if isinstance(op, MemoryOp) and (kind := memory_kind(op)):
+                largest[kind] = max(largest.get(kind, 0.0), op.elements)
+    tokens = model.tokens_per_sample or 0
+    out = []
+    for kind in MEMORY_KINDS:
+        if kind not in largest:
+            continue
+        per_sample = largest[kind]
+        row = int(per_sample // tokens) if tokens and per_sample % tokens == 0 and per_sample >= tokens \
+            else DEFAULT_ROW_ELEMENTS
+        total = max(row, int(per_sample * micro_batch))
+        elements = sorted({max(1, int(total * f) // row) * row for f in MEMORY_KIND_SIZE_FRACTIONS})
+        out.append({"kind": kind, "row": row, "elements": elements})
+    return out
+
+
 def kernels_to_time(model: ModelSpec, micro_batch: int) -> dict:
     """The distinct kernels of ``model``'s op graph at ``micro_batch``, at most :data:`MAX_TIMED_KERNELS`
-    (those with the most FLOPs per step first): ``{"matmul": [[m, n, k, batch], ...], "attention":
-    [[batch_heads, seq, head_dim, causal], ...], "left_out": int}``; JSON-able, for the ranks."""
+    GEMMs and attention kernels (those with the most FLOPs per step first), and its memory-bound kinds:
+    ``{"matmul": [[m, n, k, batch], ...], "attention": [[batch_heads, seq, head_dim, causal], ...],
+    "memory_kinds": [{"kind", "row", "elements"}, ...] (:func:`memory_kind_sizes`), "left_out": int}``;
+    JSON-able, for the ranks."""
     flops = _kernel_flops(model, micro_batch)
     ranked = sorted(flops, key=lambda key: (-flops[key], key))
     kept = ranked[:MAX_TIMED_KERNELS]
     return {"matmul": [list(k[1:]) for k in kept if k[0] == "matmul"],
             "attention": [list(k[1:]) for k in kept if k[0] == "attention"],
+            "memory_kinds": memory_kind_sizes(model, micro_batch),
             "left_out": len(ranked) - len(kept)}
 
 
@@ -138,6 +183,20 @@ def memory_kernel_s(rates: OpRates, size_bytes: float, kernels: float) -> float:
     return kernels * rates.launch_s + size_bytes / rates.bandwidth_bytes_per_s
 
 
+def memory_fit(rates: OpRates, kind: str, direction: str) -> tuple[float, float]:
+    """``(launch_s, bandwidth_bytes_per_s)`` a memory-bound op of ``kind`` is costed at one way: its kind's
+    fit for ``direction``; backward, the kind's forward fit when its backward is no kernel of its own;
+    else (``kind`` ``""``, or not timed) the one element-wise fit."""
+    by = {(k.kind, k.direction): k for k in rates.memory_kinds}
+    found = by.get((kind, direction))
+    if found is None and direction == "backward" and not MEMORY_KINDS.get(kind, True):
+        found = by.get((kind, "forward"))
+    if found is not None:
+        return found.launch_s, found.bandwidth_bytes_per_s
+    assert rates.launch_s is not None and rates.bandwidth_bytes_per_s, "checked by the caller"
+    return rates.launch_s, rates.bandwidth_bytes_per_s
+
+
 def timed_dtype(rate_key: str) -> str:
     """The dtype kernels were timed in for a matmul rate key (:attr:`Precision.matmul_dtype`): full-precision
     ``float32-highest`` is float32 timed without TF32 (what the harness runs on a CPU; on GPUs it times the
@@ -174,7 +233,12 @@ def measured_op_times(op, rates: OpRates, precision, micro_batch: int) -> tuple[
     per_sample = lambda passes: sum(n * pass_bytes(c, precision) for n, c in passes)  # noqa: E731
     fwd = op.elements * micro_batch * per_sample(op.forward)
     bwd = op.elements * micro_batch * per_sample(op.backward) + op.fixed_elements * per_sample(op.fixed_backward)
-    return (memory_kernel_s(rates, fwd, 1.0) if fwd else 0.0), (memory_kernel_s(rates, bwd, 1.0) if bwd else 0.0)
+    kind = memory_kind(op)
+
+    def cost(size_bytes: float, direction: str) -> float:
+        launch, bandwidth = memory_fit(rates, kind, direction)
+        return launch + size_bytes / bandwidth
+    return (cost(fwd, "forward") if fwd else 0.0), (cost(bwd, "backward") if bwd else 0.0)
 
 
 def _layer(layer: LayerSpec, rates: OpRates, gpu, precision, micro_batch: int, breakdown: dict[str, float],
@@ -224,6 +288,9 @@ def describe(rates: OpRates) -> str:
     if rates.launch_s is not None and rates.bandwidth_bytes_per_s:
         parts.append(f"element-wise {1e6 * rates.launch_s:.3g} us + bytes at "
                      f"{rates.bandwidth_bytes_per_s / 1e9:.3g} GB/s")
+    if rates.memory_kinds:
+        kinds = sorted({k.kind for k in rates.memory_kinds}, key=list(MEMORY_KINDS).index)
+        parts.append(f"{len(kinds)} memory-bound kind{'s' if len(kinds) != 1 else ''} ({', '.join(kinds)})")
     return ", ".join(parts)
 
 
@@ -246,4 +313,27 @@ def from_results(raw: dict, dtype: str) -> OpRates:
         if seg.seconds_per_byte > 0:
             launch, bandwidth = seg.latency_s, 1.0 / seg.seconds_per_byte
     return OpRates(matmuls=matmuls, attention=attention, launch_s=launch, bandwidth_bytes_per_s=bandwidth,
-                   memory_points=points, left_out=int(raw.get("left_out", 0)))
+                   memory_points=points, memory_kinds=_kind_fits(raw.get("memory_kinds", [])),
+                   left_out=int(raw.get("left_out", 0)))
+
+
+def _kind_fits(rows: list[dict]) -> tuple[MemoryKindRate, ...]:
+    """Each ``(kind, direction)``'s ``launch + bytes / bandwidth`` fit from the harness's rows ``{"kind",
+    "direction", "size_bytes", "time_s"}``; one timed at fewer than two sizes, or whose time does not grow
+    with its bytes (no bandwidth to fit), is left out: its ops are costed at the one element-wise fit."""
+    grouped: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in rows:
+        grouped.setdefault((str(r["kind"]), str(r["direction"])), []).append((float(r["size_bytes"]),
+                                                                              float(r["time_s"])))
+    order = list(MEMORY_KINDS)
+    fits = []
+    for (kind, direction), points in sorted(grouped.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
+        points = sorted(points)
+        if len({b for b, _ in points}) < 2:
+            continue
+        seg = fit_alpha_beta([b for b, _ in points], [t for _, t in points], max_segments=1,
+                             what=f"{kind} {direction} kernel").segments[0]
+        if seg.seconds_per_byte > 0:
+            fits.append(MemoryKindRate(kind=kind, direction=direction, launch_s=seg.latency_s,
+                                       bandwidth_bytes_per_s=1.0 / seg.seconds_per_byte, points=tuple(points)))
+    return tuple(fits)

@@ -38,6 +38,8 @@ Schema ``dpsim.calibration/1`` (SI units, one unit in every key)::
                                               "forward_s", "backward_s"}, ...],
                                "memory": {"launch_s", "bandwidth_bytes_per_s",
                                           "points": [{"size_bytes", "time_s"}, ...]},
+                               "memory_kinds": [{"kind", "direction", "launch_s", "bandwidth_bytes_per_s",
+                                                 "points": [...]}, ...],   # optional (older profiles lack it)
                                "left_out": 0}} | null,   # op_rates optional (older profiles lack it)
       "warnings": ["..."]
     }
@@ -291,6 +293,23 @@ class AttentionRate:
 
 
 @frozen_dataclass
+class MemoryKindRate:
+    """One kind of memory-bound kernel timed alone (:data:`dpsim.workload.memory_kinds.MEMORY_KINDS`), one way,
+    fitted as ``time = launch_s + bytes / bandwidth`` over the sizes it ran at."""
+
+    kind: str
+    """The kind (``norm``, ``gelu``, ``cross_entropy``, ...)."""
+    direction: str
+    """``forward`` or ``backward`` (a kind whose backward is no kernel of its own has only ``forward``)."""
+    launch_s: float
+    """Fixed time per kernel: the fit's intercept."""
+    bandwidth_bytes_per_s: float
+    """Bytes the kernel reads and writes per second: the fit's slope (a compute-bound kernel's is low)."""
+    points: tuple[tuple[float, float], ...] = ()
+    """``(bytes moved, median time_s)`` the fit is made on."""
+
+
+@frozen_dataclass
 class OpRates:
     """The rates of the op graph's kernels on the calibrated device (:mod:`dpsim.profile.op_rates`)."""
 
@@ -305,6 +324,9 @@ class OpRates:
     """Streaming bandwidth of an element-wise kernel (bytes read + written per second): that fit's slope."""
     memory_points: tuple[tuple[float, float], ...] = ()
     """The element-wise kernel's ``(bytes moved, median time_s)`` the fit is made on."""
+    memory_kinds: tuple[MemoryKindRate, ...] = ()
+    """Each kind of the model's memory-bound kernels timed apart (empty in older profiles: every
+    memory-bound op at :attr:`launch_s` and :attr:`bandwidth_bytes_per_s`)."""
     left_out: int = 0
     """Kernels of the model not timed (over the cap or the budget): costed from the nearest timed one."""
 
@@ -618,6 +640,10 @@ def _op_rates_to_dict(r: OpRates) -> dict:
                       for a in r.attention],
         "memory": {"launch_s": r.launch_s, "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
                    "points": [{"size_bytes": b, "time_s": t} for b, t in r.memory_points]},
+        **({"memory_kinds": [{"kind": k.kind, "direction": k.direction, "launch_s": k.launch_s,
+                              "bandwidth_bytes_per_s": k.bandwidth_bytes_per_s,
+                              "points": [{"size_bytes": b, "time_s": t} for b, t in k.points]}
+                             for k in r.memory_kinds]} if r.memory_kinds else {}),
         "left_out": r.left_out,
     }
 

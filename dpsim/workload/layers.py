@@ -585,7 +585,7 @@ def activation_op(name: str, elements: float, function: str = "gelu") -> MemoryO
     gradient and x, writes the input gradient."""
     if function not in ACTIVATIONS:
         raise WorkloadError(f"activation {function!r} is not known; allowed: {', '.join(ACTIVATIONS)}")
-    return MemoryOp(name=name, elements=elements, forward=((2, "act"),), backward=((3, "act"),))
+    return MemoryOp(name=name, elements=elements, forward=((2, "act"),), backward=((3, "act"),), kind=function)
 
 
 def gelu_new_ops(name: str, elements: float) -> list[MemoryOp]:

@@ -31,6 +31,7 @@ the transformer block an FSDP auto-wrap policy wraps) and its input size
 from __future__ import annotations
 
 import math
+from dataclasses import field
 from functools import cached_property
 
 from dpsim.errors import WorkloadError
@@ -232,6 +233,10 @@ class MemoryOp:
     """Elements of the per-micro-batch tensor of :attr:`fixed_backward`."""
     fixed_backward: tuple[tuple[float, str], ...] = ()
     """Backward passes over ``fixed_elements``, once per micro-batch whatever its size."""
+    kind: str = field(default="", compare=False, repr=False)
+    """The kernel it runs, a key of :data:`dpsim.workload.memory_kinds.MEMORY_KINDS`, when its name does not
+    say it (an activation named ``act``); ``""``: read from the name (:func:`~dpsim.workload.memory_kinds.memory_kind`).
+    Not compared: it names the kernel a profile rates, not work the roofline counts."""
 
     def __post_init__(self) -> None:
         for _, cls in self.forward + self.backward + self.fixed_backward:
