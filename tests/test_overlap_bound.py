@@ -81,3 +81,18 @@ def test_the_screen_leaves_rows_without_hidden_communication_and_the_default_alo
     # A larger slowdown makes the prediction slower, never faster, and monotonically so.
     errs = [ob.screened_error(row, s) for s in (0.3, 1.0, 10.0)]
     assert errs[0] < 0.10 and errs[0] > errs[1] > errs[2]
+
+
+def test_r011_misses_more_than_all_its_hidden_communication():
+    # The section's lead fact on a published row (R011, MosaicML mpt-1b on 128 H100, llm-foundry's benchmark table):
+    # dpsim is too fast by more than a fully serialised collective would cost, so no compute slowdown beside
+    # collectives, even the largest dpsim accepts, brings it to the published rate. A model change that closes
+    # R011's gap makes this fail: then re-run validation/overlap_bound.py and revise the overlapmn section.
+    import accuracy_large_models as alm
+
+    row = next(r for r in alm.rows() if r["id"] == "R011")
+    m = ob.measure(row)
+    assert m["nodes"] > 1 and m["hidden_s"] > 0
+    assert m["missing_s"] > m["hidden_s"] / (1 + DEFAULT_OVERLAP_SLOWDOWN)
+    assert math.isinf(m["needed"])
+    assert m["error_at_max"] > 0
