@@ -34,3 +34,30 @@ def test_a_cut_device_list_is_refused(dropped, words, tmp_path, capsys):
     # The whole log is still taken.
     args = ["calibrate", "--from-nccl-tests", str(_LOG), "--out", str(out), "--quiet"]
     check_outcome(run_cli(args, capsys), args, "ok")
+
+
+# --- 2. a transformers config.json edited between two predictions -----------------------------------------------
+def test_an_edited_config_json_is_read_again(tmp_path):
+    """Before: ``dpsim.predict`` of a config.json, then the file edited (32 layers to 8) and predicted again in
+    the same process (a notebook; a sweep run twice), gave the first model's step time (0.864 s both times):
+    the model was memoized by the file's path. A topology file (keyed by its contents) and a torch module file
+    (by its mtime) were read again. Now the file's shape is read on every call and keys the memo."""
+    import json
+
+    import dpsim
+
+    data = json.loads((REPO / "tests" / "data" / "hf_configs" / "Mistral-7B-v0.1" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+
+    def predict() -> dpsim.Prediction:
+        return dpsim.predict(dpsim.PredictConfig(model=str(path), gpus=8, link="dgx-a100", steps=1, seq_len=512,
+                                                 micro_batch=1))
+
+    deep = predict()
+    data["num_hidden_layers"] = 8
+    path.write_text(json.dumps(data))
+    shallow = predict()
+    assert shallow.step_time_s < 0.5 * deep.step_time_s
+    # The same file unchanged is still one model (the memo still serves it).
+    assert predict().step_time_s == shallow.step_time_s
