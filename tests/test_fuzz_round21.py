@@ -61,3 +61,18 @@ def test_an_edited_config_json_is_read_again(tmp_path):
     assert shallow.step_time_s < 0.5 * deep.step_time_s
     # The same file unchanged is still one model (the memo still serves it).
     assert predict().step_time_s == shallow.step_time_s
+
+
+# --- 3. a config.json whose model_type is no string ---------------------------------------------------------------
+@pytest.mark.parametrize("kind", [[1], {"a": 1}])
+def test_a_config_json_model_type_that_is_no_string_is_named(kind, tmp_path, capsys):
+    """Before: ``"model_type": [1]`` (or an object) in a config.json ended in a traceback, "TypeError: unhashable
+    type: 'list'", where the family was looked up."""
+    import json
+
+    data = json.loads((REPO / "tests" / "data" / "hf_configs" / "Mistral-7B-v0.1" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "model_type": kind}))
+    refused(["predict", "--model", str(path), "--gpus", "8", "--steps", "1"], capsys, "--model", "model_type=",
+            "llama, mistral")
+    refused(["memory", "--model", str(path), "--gpus", "8"], capsys, "model_type=")

@@ -1048,6 +1048,10 @@ def shape_ref_of_config_json(path: str) -> str:
     stem = file.parent.name if file.stem == "config" and file.parent.name else file.stem
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "config"
     kind = data.get("model_type")
+    if kind is not None and not isinstance(kind, str):
+        # A list or an object here ended in "TypeError: unhashable type" (the family lookup), a traceback.
+        raise WorkloadError(f"--model: {path!r}: model_type={_shown(kind)} is not valid; expected the family's name "
+                            f"as a string, one of {', '.join(_HF_NAMES)}")
     if kind == "gemma3" and isinstance(data.get("text_config"), dict):
         # The multimodal Gemma 3 (4B and up): its language model's fields, checked as a Gemma 3 text config's (a
         # text_config that leaves a size to Gemma3TextConfig's defaults is refused naming the key).
