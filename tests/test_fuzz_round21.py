@@ -76,3 +76,14 @@ def test_a_config_json_model_type_that_is_no_string_is_named(kind, tmp_path, cap
     refused(["predict", "--model", str(path), "--gpus", "8", "--steps", "1"], capsys, "--model", "model_type=",
             "llama, mistral")
     refused(["memory", "--model", str(path), "--gpus", "8"], capsys, "model_type=")
+
+
+# --- 4. --mtp-depth with a traced torch module ----------------------------------------------------------------------
+@pytest.mark.parametrize("depth", ["1", "16"])
+def test_mtp_depth_with_a_traced_module_is_refused(depth, capsys):
+    """Before: ``--model examples/my_model.py:build --mtp-depth 16`` predicted the module as it is (the same step
+    time and memory as without the flag, status 0): the refusal was tested on --input-shape alone, so a builder
+    whose example input comes from the file took the flag and dropped it. (A catalog model that is no Llama-style
+    decoder was refused, and still is.)"""
+    refused(["predict", "--model", str(REPO / "examples" / "my_model.py") + ":build", "--gpus", "8", "--steps", "1",
+             "--mtp-depth", depth], capsys, "--mtp-depth", depth, "traced torch module")
