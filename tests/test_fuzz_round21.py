@@ -87,3 +87,17 @@ def test_mtp_depth_with_a_traced_module_is_refused(depth, capsys):
     decoder was refused, and still is.)"""
     refused(["predict", "--model", str(REPO / "examples" / "my_model.py") + ":build", "--gpus", "8", "--steps", "1",
              "--mtp-depth", depth], capsys, "--mtp-depth", depth, "traced torch module")
+
+
+# --- 5. a GPT-J config.json narrower than its heads -----------------------------------------------------------------
+@pytest.mark.parametrize("width", [3, 15])
+def test_a_gptj_config_narrower_than_its_heads_is_named(width, tmp_path, capsys):
+    """Before: a GPT-J config.json with ``n_embd`` 3 (or 15) and ``n_head`` 16 ended in a traceback,
+    "ZeroDivisionError: division by zero": rotary_dim was divided by n_embd // n_head = 0 before the width was
+    checked."""
+    import json
+
+    data = json.loads((REPO / "tests" / "data" / "hf_configs" / "gpt-j-6b" / "config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "n_embd": width}))
+    refused(["predict", "--model", str(path), "--gpus", "8", "--steps", "1"], capsys, "n_head=16", f"n_embd={width}")
