@@ -101,3 +101,23 @@ def test_a_gptj_config_narrower_than_its_heads_is_named(width, tmp_path, capsys)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**data, "n_embd": width}))
     refused(["predict", "--model", str(path), "--gpus", "8", "--steps", "1"], capsys, "n_head=16", f"n_embd={width}")
+
+
+# --- 6. --mtbf-link on a job of one node -----------------------------------------------------------------------------
+def test_mtbf_link_on_one_node_is_refused(capsys):
+    """Before: ``goodput --gpus 8 --link infiniband --mtbf-link 1min`` (8 GPUs, one server: no inter-node link)
+    printed the same goodput as without the flag, its link failure rate 0 (status 0): the flag was dropped in
+    silence, as --min-nodes without shrink was (round 20). The API's ``rates=FailureRates(link_mtbf_s=60)``
+    likewise. On two nodes it is read, as before."""
+    import dpsim
+    from dpsim.errors import DpsimError
+    from dpsim.plan.reliability import FailureRates
+
+    refused(["goodput", "--model", "gpt2", "--gpus", "8", "--link", "infiniband", "--duration", "1d", "--runs", "2",
+             "--mtbf-link", "1min"], capsys, "--mtbf-link", "60 s", "one node")
+    config = dpsim.PredictConfig(model="gpt2", gpus=8, link="infiniband", steps=1)
+    with pytest.raises(DpsimError, match="--mtbf-link: 60 s"):
+        dpsim.goodput(config, duration_s=86400, runs=2, rates=FailureRates(link_mtbf_s=60.0))
+    two = dpsim.goodput(dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", steps=1), duration_s=86400,
+                        runs=2, rates=FailureRates(link_mtbf_s=3.6e6))
+    assert two.failure_rates_per_s["link"] > 0
