@@ -121,3 +121,24 @@ def test_mtbf_link_on_one_node_is_refused(capsys):
     two = dpsim.goodput(dpsim.PredictConfig(model="gpt2", gpus=16, link="infiniband", steps=1), duration_s=86400,
                         runs=2, rates=FailureRates(link_mtbf_s=3.6e6))
     assert two.failure_rates_per_s["link"] > 0
+
+
+# --- 7. nccl-tests logs fitted together that are not one system's ---------------------------------------------------
+def test_one_log_given_twice_is_refused(tmp_path, capsys):
+    """Before: ``calibrate --from-nccl-tests A.log A.log`` fitted every size of A twice (status 0)."""
+    out = tmp_path / "p.json"
+    refused(["calibrate", "--from-nccl-tests", str(_LOG), str(_LOG), "--out", str(out), "--quiet"], capsys,
+            "--from-nccl-tests", "given twice", "give each log once")
+    assert not out.exists()
+
+
+def test_two_systems_logs_of_one_op_are_refused(tmp_path, capsys):
+    """Before: the 2 x p4de (A100) and 2 x p5 (H100) all_reduce_perf logs, given together, were merged into one
+    inter_node all_reduce fit (R² 0.80, worst residual 83 %: a warning, status 0) describing neither machine."""
+    logs = REPO / "calibration" / "reference" / "nccl-tests"
+    a100 = logs / "aws-p4de-24xlarge-x2-16x-a100-80gb.all_reduce_perf.log"
+    h100 = logs / "aws-p5-48xlarge-x2-16x-h100-80gb.all_reduce_perf.log"
+    out = tmp_path / "p.json"
+    refused(["calibrate", "--from-nccl-tests", str(a100), str(h100), "--out", str(out), "--quiet"], capsys,
+            "--from-nccl-tests", "H100", "A100", "one system")
+    assert not out.exists()
