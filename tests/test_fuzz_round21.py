@@ -1,4 +1,6 @@
-"""Defects the twenty-first fuzz round found (fuzz21).
+"""Defects the twenty-first fuzz round found (fuzz21): nccl-tests logs whose device list was cut, given twice or
+from two systems; a transformers config.json edited between two predictions, with a model_type that is no string,
+or a GPT-J narrower than its heads; --mtp-depth with a traced torch module; --mtbf-link on a job of one node.
 
 Each case says what it did before.
 """
