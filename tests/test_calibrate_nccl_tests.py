@@ -268,7 +268,12 @@ def test_missing_log_and_missing_flag(capsys, tmp_path):
 def test_one_communicator_size_per_link_class(tmp_path):
     a = tmp_path / "all_reduce_perf.log"
     a.write_text(OLD_FORMAT)
-    eight = OLD_FORMAT.replace("nGpus 4", "nGpus 8") + "".join(
+    # The same times on 8 ranks: busbw is 2(N-1)/N = 1.75 x algbw there (the parser checks the list against it).
+    rows = [line.split() if line[:1] == " " else None for line in OLD_FORMAT.splitlines()]
+    table = "\n".join(line if tok is None else "  ".join(tok[:6] + [f"{float(tok[5]) * 1.75:.2f}"] + tok[7:10]
+                                                           + [f"{float(tok[9]) * 1.75:.2f}"] + tok[11:])
+                      for line, tok in zip(OLD_FORMAT.splitlines(), rows)) + "\n"
+    eight = table.replace("nGpus 4", "nGpus 8") + "".join(
         f"#   Rank  {r} Pid  40534 on       dgx1 device  {r} [0x0b] Tesla V100-SXM2-16GB\n" for r in range(4, 8))
     b = tmp_path / "all_reduce_perf_8.log"
     b.write_text(eight)

@@ -9,6 +9,7 @@ warning for every poor fit.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -54,6 +55,15 @@ def profile_from_nccl_tests(
     paths = [str(p) for p in paths]
     if not paths:
         raise ProfileError("--from-nccl-tests: no log files given")
+    seen: dict[str, str] = {}
+    for p in paths:
+        # One log given twice was fitted with every size counted twice (status 0): refused as a list that repeats a
+        # value is elsewhere (sweep's gpus: [8, 8], --scaling-gpus 8,8).
+        key = os.path.realpath(p)
+        if key in seen:
+            also = "" if seen[key] == p else f" (as {seen[key]!r} too)"
+            raise ProfileError(f"--from-nccl-tests: {p!r} is given twice{also}; give each log once")
+        seen[key] = p
     logs: list[NcclTestsLog] = [parse_nccl_tests(p, ranks_per_node=ranks_per_node) for p in paths]
     groups: dict[tuple[str, str], list[NcclTestsLog]] = {}
     classes: dict[str, tuple[int, int, str]] = {}
@@ -72,6 +82,15 @@ def profile_from_nccl_tests(
     ops: dict[tuple[str, str], OpCalibration] = {}
     link_classes: dict[str, dict[str, Any]] = {}
     for (lc, op), group in groups.items():
+        ran_on = [(log, log.device_names) for log in group if log.device_names]
+        other = next(((log, d) for log, d in ran_on if d != ran_on[0][1]), None)
+        if other is not None:
+            # One fit over two machines' runs: an A100 pair's and an H100 pair's all_reduce logs were merged into one
+            # inter_node fit (R² 0.80, a warning only), describing neither system.
+            first, devices0 = ran_on[0]
+            raise ProfileError(f"--from-nccl-tests: {other[0].path} ran {op} {lc} on {', '.join(other[1])}, but "
+                               f"{first.path} on {', '.join(devices0)}; a profile describes one system (make one "
+                               f"profile per system)")
         if lc not in classes:  # only sendrecv logs for this class
             classes[lc] = (group[0].n_ranks, group[0].n_nodes, group[0].path)
         n0, nodes0, _ = classes[lc]

@@ -124,6 +124,43 @@ def _detect_op(path: str, lines: list[str]) -> str | None:
     return None
 
 
+def _bus_factor(op: str, n_ranks: int) -> float | None:
+    """busbw / algbw nccl-tests prints for ``op`` on ``n_ranks`` (its ``*BusBw`` functions); ``None``: 1 or unknown."""
+    if op == "all_reduce":
+        return 2 * (n_ranks - 1) / n_ranks
+    if op in ("all_gather", "reduce_scatter"):
+        return (n_ranks - 1) / n_ranks
+    return None
+
+
+BW_PRINT_STEP = 0.01
+"""nccl-tests prints algbw and busbw in GB/s with two decimals (``%6.2f``, NVIDIA/nccl-tests src/common.cu, the
+result row's format), so each is within half this of what it measured."""
+
+
+def _check_ranks_against_busbw(path: str, op: str, n_ranks: int, best: tuple[float, float, int] | None) -> None:
+    """Refuse a device list whose rank count the log's own busbw/algbw ratio contradicts (a list cut short:
+    the last ``# Rank`` line lost), judged on the row of the largest algbw within the columns' print rounding.
+    A 7-rank list of an 8-rank all-reduce (1.7143 against 1.75) is caught; 63 of 64 (1.9688 against 1.9688)
+    is inside the rounding and is not."""
+    factor = _bus_factor(op, n_ranks)
+    if factor is None or best is None:
+        return
+    algbw, busbw, no = best
+    half = BW_PRINT_STEP / 2
+    if algbw <= half:
+        return
+    low, high = max(busbw - half, 0.0) / (algbw + half), (busbw + half) / (algbw - half)
+    if low * (1 - 1e-9) <= factor <= high * (1 + 1e-9):
+        return
+    implied = _ranks_from_ratio(op, busbw / algbw)
+    if implied is None:
+        return  # a ratio no rank count gives (a hand-made or relabelled table): nothing to say which is right
+    raise _fail(path, no, f"busbw {busbw:g} / algbw {algbw:g} = {busbw / algbw:.4f} gives {implied} ranks, but the "
+                          f"device list has {wording.count(n_ranks, 'rank')} ({factor:.4f} for {op}); keep every "
+                          "'#  Rank N ...' line nccl-tests prints")
+
+
 def _ranks_from_ratio(op: str, ratio: float) -> int | None:
     """N from busbw/algbw: 2(N-1)/N for all-reduce, (N-1)/N for gather/scatter."""
     if op == "all_reduce" and 1.0 <= ratio < 2.0:
@@ -198,6 +235,7 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     measurements = []
     dtype = None
     last_ratio = None
+    best_bw: tuple[float, float, int] | None = None  # the row of the largest algbw: its ratio is the least rounded
     for no, tok in rows:
         if len(tok) != len(columns):
             raise _fail(path, no, f"{len(tok)} columns where the header has {len(columns)} "
@@ -233,7 +271,8 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
             # 1e-300 us reached the fit as a LinAlgError traceback; 1e308 us a schema error without the line.
             raise _fail(path, no, f"time {tok[i_time]} us is not valid; nccl-tests prints from {MIN_LOG_TIME_US:g} us "
                                   f"(two decimals) and dpsim takes at most {MAX_LOG_TIME_US:g} us (a day)")
-        if algbw > 0 and math.isfinite(algbw) and math.isfinite(busbw):
+        if algbw > 0 and math.isfinite(algbw) and math.isfinite(busbw) and (best_bw is None or algbw > best_bw[0]):
+            best_bw = (algbw, busbw, no)
             last_ratio = busbw / algbw
         measurements.append(Measurement(size_bytes=size, time_s=time_us * 1e-6, source=f"{Path(path).name}:{no}"))
     if len({m.size_bytes for m in measurements}) < 2:
@@ -242,6 +281,14 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
     devices = tuple(dict.fromkeys(d for _, d in (ranks[r] for r in sorted(ranks)) if d))
     if ranks:
         n_ranks = len(ranks)
+        if sorted(ranks) != list(range(n_ranks)):
+            # A device list cut or edited (rank 3 missing) counted the ranks it kept: a profile of 7 ranks from a
+            # run of 8, with a bus bandwidth the log's own busbw column contradicts.
+            missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+            raise _fail(path, None, f"the device list numbers {wording.count(n_ranks, 'rank')} but lacks rank(s) "
+                                    f"{', '.join(map(str, missing[:8]))}; keep every '#  Rank N ...' line "
+                                    "nccl-tests prints")
+        _check_ranks_against_busbw(path, op, n_ranks, best_bw)
         n_nodes = len(hosts)  # the device list is authoritative; --ranks-per-node is not needed
         per_host = [sum(1 for h, _ in ranks.values() if h == host) for host in hosts]
         counts = ", ".join(str(k) for k in dict.fromkeys(per_host))

@@ -301,6 +301,12 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     # A restart reads the checkpoint back, as long as writing it (the same bytes per node).
     restart_s = restart_s + checkpoint_write_s
     cluster = ClusterShape.from_topology(topology)
+    if cluster.links_per_node == 0 and math.isfinite(rates.link_mtbf_s):
+        # A job on one server has no inter-node link to fail: --mtbf-link 1min was taken and dropped in silence
+        # (the link's failure rate 0, the same numbers as without it), as --min-nodes was without shrink.
+        raise ConfigError(f"--mtbf-link: {rates.link_mtbf_s:g} s is the MTBF of an inter-node link (NIC, cable, "
+                          f"switch port), and this job's {cluster.gpus_per_node * cluster.n_nodes} GPUs sit on one "
+                          f"node with none; leave --mtbf-link out (or give more --gpus than a node holds)")
     mtbf = cluster.mtbf_s(rates)
     if checkpoint_interval_s is None:
         # As layout_goodput skips it: a job failing past MAX_FAILURES_PER_RUN times in its work alone is refused

@@ -75,6 +75,7 @@ from dpsim.units import seconds_in_words
 from dpsim.wording import canonical_choice, count
 from dpsim.workload.catalog import list_models
 from dpsim.workload.compute import DEFAULT_COMPUTE_EFFICIENCY, MULTI_GPU_TRAINING_EFFICIENCY
+from dpsim.workload.library_models import lowered_shape_ref, missing_library
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.routing import parse_routing
 
@@ -863,9 +864,14 @@ class PredictConfig:
                               f"{w.seq_len} given; its example input (--input-shape) sets the sequence length, "
                               f"or for a transformers configuration its context length (e.g. "
                               f"max_position_embeddings={w.seq_len}), which keeps it built from its shape")
-        if w.mtp_depth is not None and torch_model and w.input_shape is not None:
-            raise ConfigError(f"--mtp-depth: applies to a decoder dpsim builds (a catalog model or a shape), not to "
-                              f"a traced torch module (--model {w.model}), whose own modules say what it runs")
+        # A torch module is traced unless it is a transformers configuration built from its shape (no --input-shape):
+        # tested on --input-shape alone, a file.py:fn builder took --mtp-depth 16 and dropped it in silence. (Without
+        # transformers installed, --model's own line says so.)
+        if w.mtp_depth is not None and torch_model and (w.input_shape is not None or (
+                lowered_shape_ref(w.model) is None and missing_library(w.model.strip().partition(":")[0]) is None)):
+            raise ConfigError(f"--mtp-depth: {w.mtp_depth} applies to a decoder dpsim builds (a catalog model or a "
+                              f"shape), not to a traced torch module (--model {w.model}), whose own modules say what "
+                              f"it runs; leave --mtp-depth out")
         check_fsdp_options(p.strategy, p.fsdp_version, p.fsdp_accumulate)
         per_unit = honours(p.strategy, FSDP_UNIT)
         if p.fsdp_unit != "block" and not per_unit and not e.activation_checkpointing and not p.layout_active:

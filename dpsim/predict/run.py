@@ -79,6 +79,7 @@ from dpsim.workload.layers import with_activation_count, with_attention_kernel
 from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.precision import Precision, check_fp8_params_strategy, check_precision_on_gpu, get_precision
 from dpsim.workload.roofline import Efficiencies
+from dpsim.workload.shapes import is_config_json_ref, shape_ref_of_config_json
 from dpsim.workload.spec import ModelSpec
 
 
@@ -610,6 +611,11 @@ def load_model(config: PredictConfig) -> ModelSpec:
     if is_torch_model_ref(source):
         model = load_torch_workload(source, input_shape=config.workload.input_shape)
     else:
+        if is_config_json_ref(source):
+            # Its shape, read from the file now: keyed by the path, the memo kept the model of the file as it was
+            # first read, and a config.json edited between two predictions in one process (a notebook, a sweep's
+            # file re-run) predicted the old model. A topology file is keyed by its contents likewise.
+            source = shape_ref_of_config_json(source)
         model = memoized(get_model, source, seq_len=config.workload.seq_len,
                          flash_attention=config.execution.flash_attention, mtp_depth=config.workload.mtp_depth)
     kernel = config.execution.attention_kernel

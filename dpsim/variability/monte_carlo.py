@@ -30,7 +30,10 @@ def _noise(rng: np.random.Generator, spec: VariabilitySpec, n: int) -> np.ndarra
     z = rng.standard_normal(n)
     if spec.noise_distribution == "lognormal":
         sigma2 = math.log1p(spec.noise_cv ** 2)
-        return np.exp(math.sqrt(sigma2) * z - sigma2 / 2)
+        # exp by the C library, rank by rank: numpy's exp is a SIMD kernel chosen by the CPU (AVX-512F has its
+        # own), whose last digit differs between hosts, and the step statistics are printed (and golden-tested)
+        # in full. One row is the job's distinct ranks, so this is no large array.
+        return np.array([math.exp(x) for x in (math.sqrt(sigma2) * z - sigma2 / 2).tolist()])
     return np.maximum(1.0 + spec.noise_cv * z, MIN_COMPUTE_FACTOR)
 
 

@@ -238,7 +238,9 @@ def _maxvio_shares(v: float, experts: int, top_k: int) -> np.ndarray:
     pi[0] = hot
     if top_k == 1:  # a single pick takes each expert with its share
         return pi
-    w = -np.log1p(-pi)  # the exponential race's inverse: 1 - exp(-w) = pi
+    # The exponential race's inverse: 1 - exp(-w) = pi. By the C library, element by element: numpy's log1p is
+    # a SIMD kernel chosen by the CPU (SVML on AVX-512), whose last digit differs between hosts and moves goldens.
+    w = np.array([-math.log1p(-x) for x in pi.tolist()])
     return w / w.sum()
 
 
@@ -264,7 +266,9 @@ def _gini_inclusions(g: float, experts: int, top_k: int, steps: int, rng: np.ran
     loads are log-normal with Gini coefficient ``g``, each draw's popular experts on any rank
     (module docstring, ``gini``). A probability is at most 1 (an expert is picked at most once per
     token): any excess is shared among the others in proportion to their loads."""
-    w = np.exp(gini_sigma(g) * rng.standard_normal((steps, experts)))
+    # exp by the C library (see _maxvio_shares): steps x experts draws, thousands, not millions.
+    z = gini_sigma(g) * rng.standard_normal((steps, experts))
+    w = np.array([math.exp(x) for x in z.ravel().tolist()]).reshape(z.shape)
     pi = w * (top_k / w.sum(axis=1, keepdims=True))
     for _ in range(experts):
         over = pi > 1.0
@@ -285,7 +289,8 @@ def expert_shares(routing: Routing, experts: int, top_k: int = 1) -> np.ndarray:
     if routing.kind == "balanced":
         return np.full(experts, 1.0 / experts)
     if routing.kind == "zipf":
-        w = np.arange(1, experts + 1, dtype=float) ** -routing.zipf_s
+        # Python's float power (the C library's pow), not numpy's, which runs SVML's on AVX-512 hosts.
+        w = np.array([float(k) ** -routing.zipf_s for k in range(1, experts + 1)])
         return w / w.sum()
     if routing.kind == "histogram":
         if len(routing.shares) != experts:
@@ -316,16 +321,23 @@ def _inclusion_cached(shares: tuple[float, ...], top_k: int) -> np.ndarray:
         return np.where(live, top_k / live.sum(), 0.0)
     # The exponential race's k-th arrival t: sum(1 - exp(-p t)) = k, increasing in t (bisection
     # on a bracket that doubles until it holds k).
+    # exp by the C library, expert by expert (see _maxvio_shares): a last digit of numpy's CPU-chosen kernel
+    # could turn a bisection step, and the shares feed every printed MoE time.
+    shares = p.tolist()
+
+    def picked(t: float) -> np.ndarray:
+        return np.array([1 - math.exp(-x * t) for x in shares])
+
     lo, hi = 0.0, float(top_k) / p[live].max()
-    while (1 - np.exp(-p * hi)).sum() < top_k:
+    while picked(hi).sum() < top_k:
         hi *= 2.0
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        if (1 - np.exp(-p * mid)).sum() < top_k:
+        if picked(mid).sum() < top_k:
             lo = mid
         else:
             hi = mid
-    pi = 1 - np.exp(-p * 0.5 * (lo + hi))
+    pi = picked(0.5 * (lo + hi))
     return pi * (top_k / pi.sum())
 
 

@@ -833,7 +833,10 @@ def shape_of_hf_config(config: Any, *, name: str) -> TransformerShape | None:
                 hidden=h, layers=config.n_layer, heads=heads, kv_heads=heads, ffn=given("n_inner", 4 * h),
                 vocab=config.vocab_size, seq=config.n_positions, act=act, norm="layernorm", pos="rope",
                 positions=config.n_positions, tied=tied, embed_norm=False, dropout=0.0, name=name, bias="mlp",
-                parallel=1, head_bias=not tied, rotary_pct=1.0 if rotary is None else rotary / (h // heads)))
+                parallel=1, head_bias=not tied,
+                # No whole head (n_embd 3 of 16 heads: 3 // 16 = 0 divided rotary_dim, a ZeroDivisionError
+                # traceback): check() refuses the width in its own words, naming n_embd and n_head.
+                rotary_pct=1.0 if rotary is None or not head else rotary / head))
         if kind == "falcon":
             # FalconDecoderLayer (transformers 5.25.0 models/falcon/modeling_falcon.py): parallel_attn with one
             # input_layernorm (Falcon-7B) or, under new_decoder_architecture, ln_attn and ln_mlp
@@ -1048,6 +1051,10 @@ def shape_ref_of_config_json(path: str) -> str:
     stem = file.parent.name if file.stem == "config" and file.parent.name else file.stem
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "config"
     kind = data.get("model_type")
+    if kind is not None and not isinstance(kind, str):
+        # A list or an object here ended in "TypeError: unhashable type" (the family lookup), a traceback.
+        raise WorkloadError(f"--model: {path!r}: model_type={_shown(kind)} is not valid; expected the family's name "
+                            f"as a string, one of {', '.join(_HF_NAMES)}")
     if kind == "gemma3" and isinstance(data.get("text_config"), dict):
         # The multimodal Gemma 3 (4B and up): its language model's fields, checked as a Gemma 3 text config's (a
         # text_config that leaves a size to Gemma3TextConfig's defaults is refused naming the key).
