@@ -954,7 +954,7 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             # Megatron's DDP hook adds into the fp32 main_grad after every micro-batch's backward
             # (megatron/model/distributed.py line 186 there): --no-grad-accum-fusion. The fork's
             # OverlappedDistributedOptimizer replaces that hook with a copy into its bucket on a side stream
-            # (megatron/optimizer/overlapped_dist_optimizer.py lines 114-131, 733-736): not this pass.
+            # (megatron/optimizer/overlapped_dist_optimizer.py lines 114-135 and 712-744): not this pass.
             kw["grad_accum_fusion"] = False
         text = row["source"] + " " + row["notes"]
         if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher|then NVLink forwarding", text):
