@@ -249,6 +249,31 @@ def test_megatron_moe_rows_keep_megatrons_fp32_main_gradients():
         assert precision(rid) == "bf16-fp32-grads-bf16-moments", rid
 
 
+def test_flagperf_megatron_core_rows_reduce_gradients_after_the_backward():
+    # FlagPerf's pretrain_llama3.sh (llama3_8B @93730d18498b, llama3_70B @ddd8f62ac2e0) passes
+    # --use-distributed-optimizer without --overlap-grad-reduce or --overlap-param-gather, both off by
+    # default at the README's core_v0.6.0 (megatron/training/arguments.py lines 1278-1284).
+    rows = {r["id"]: r for r in alm.rows()}
+    for n in range(159, 166):
+        config = alm.job_of(rows[f"R{n:03d}"]).config
+        assert config.gradients.overlap is False, n
+
+
+def test_megatron_llama_distributed_optimizer_rows_accumulate_gradients_unfused():
+    # LLaMA_13_slurm.sh@25306de84d30 passes --no-gradient-accumulation-fusion: legacy Megatron's DDP hook
+    # adds each micro-batch's bf16 .grad into main_grad (megatron/model/distributed.py line 186). The
+    # OverlappedDistributedOptimizer rows (R203, R204) have no such hook: their bucket copy is not it.
+    rows = {r["id"]: r for r in alm.rows()}
+
+    def fused(rid):
+        return alm.job_of(rows[rid]).config.parallelism.grad_accum_fusion
+
+    assert [fused(rid) for rid in ("R202", "R205", "R206")] == [False, False, False]
+    assert [fused(rid) for rid in ("R203", "R204")] == [True, True]
+    # Megatron-Core rows keep TransformerEngine's fused accumulation.
+    assert fused("R160") and fused("R142")
+
+
 def test_olmo2_rows_and_only_they_normalise_the_whole_query_and_key_projections():
     # OLMo 2 (TransformerConfig.olmo_1B/7B/13B at allenai/OLMo-core@e27ba74550f1: qk_norm=True) runs
     # an RMSNorm over all of w_q(x) and w_k(x), weights of d_model; Llama-8B.py's shape has none.

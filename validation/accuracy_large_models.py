@@ -947,6 +947,15 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
             kw["sequence_parallel"] = True
         if "tp-comm-overlap" in features:  # TransformerEngine's --tp-comm-overlap (userbuffers)
             kw["tp_comm_overlap"] = "full"
+        if ("--no-gradient-accumulation-fusion" in row["notes"]
+                and "--overlapped-distributed-optimizer" not in row["data_parallel"]):
+            # The launch script's --no-gradient-accumulation-fusion (alibaba/Megatron-LLaMA@25306de84d30
+            # examples/LLaMA/LLaMA_13_slurm.sh): the weight-gradient GEMM writes a bf16 .grad, which legacy
+            # Megatron's DDP hook adds into the fp32 main_grad after every micro-batch's backward
+            # (megatron/model/distributed.py line 186 there): --no-grad-accum-fusion. The fork's
+            # OverlappedDistributedOptimizer replaces that hook with a copy into its bucket on a side stream
+            # (megatron/optimizer/overlapped_dist_optimizer.py lines 114-135 and 712-744): not this pass.
+            kw["grad_accum_fusion"] = False
         text = row["source"] + " " + row["notes"]
         if re.search(r"dispatcher DeepEP|DeepEP dispatcher|HybridEP dispatcher|then NVLink forwarding", text):
             # DeepEP's normal kernels: one RDMA transfer per destination server, NVLink forwarding there
