@@ -267,6 +267,25 @@ the chosen layout, depend on the machine and its load: DeepSeek-V3's 16,384-GPU 
 was simulated 17 layouts in one run and 15 in the next (the JSON differed); without it, every one the bound
 leaves, every time."""
 
+VERIFY_WORK = 40_000.0
+"""Most simulation work the layouts ``plan`` simulates may take together, in pipeline slots (one micro-batch
+through one stage's chunk, an op of :func:`~dpsim.engine.pipeline.run_pipeline`; :func:`simulation_work`
+counts a layout's). ``predict`` plays every micro-batch of a step, so a layout's simulation grows with its
+gradient accumulation: ``plan --gpus 16 --model llama-2-7b --global-batch 1048576`` simulated layouts of up
+to 3,333 micro-batches x 3 steps each and ran 293 s (2026-12-07, loaded 2-core machine). A slot took 70-320 µs
+there (the pipeline engine plus building its program; more under load), so 40,000 slots are ~3-13 s. Counted,
+not timed, so one search simulates the same layouts on every machine. The first layout that would
+pass it ends the simulation (``stopped_by`` ``work``), as ``--verify`` does: the rest are ranked by their
+estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it."""
+DP_WORK_PER_LAYER = {"ddp": 0.084, "zero1": 0.084, "zero2": 0.148}
+"""Data parallelism alone: pipeline slots one layer's micro-batch of one simulated step costs, measured
+against the pipeline engine in the same run (llama-2-7b, 66 layers, 64 GPUs, 1,000 micro-batches x 3 steps:
+26.7 µs per layer and micro-batch with ddp, 47 with zero2, 74.5 with fsdp; 318 µs per slot at tp 2 x pp 4,
+8,000 micro-batches; 2026-12-07, loaded 2-core machine). Every other strategy (the ZeRO-3/FSDP family gathers
+and reduce-scatters per unit and micro-batch): :data:`DP_WORK_PER_LAYER_SHARDED`."""
+DP_WORK_PER_LAYER_SHARDED = 0.234
+"""As :data:`DP_WORK_PER_LAYER`, for zero3, fsdp and their variants (measured with fsdp, same run)."""
+
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
 CP_MIN_TOKENS = 16_384
@@ -561,7 +580,8 @@ class PlanResult:
     verification: dict = field(default_factory=dict)
     """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
     beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
-    layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``none``: nothing
+    layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``work``: the next
+    layout's simulation would pass :data:`VERIFY_WORK`; ``none``: nothing
     fit or ``--verify 0``), ``bound``."""
 
     @property
@@ -2855,13 +2875,25 @@ def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: f
     return planner.through_failures(v, failures) if failures is not None else v
 
 
+def simulation_work(planner: Planner, c: Candidate) -> float:
+    """What simulating ``c`` (its ``predict``) costs, in pipeline slots (:data:`VERIFY_WORK`): with a layout,
+    its stages x chunks x micro-batches (the pipeline engine plays one step); with data parallelism alone,
+    its micro-batches x ``--steps`` x the model's layers, weighted by :data:`DP_WORK_PER_LAYER`."""
+    m = c.global_batch // (c.micro_batch * c.dp)
+    if c.sharded:
+        return float(c.pp * (2 if c.schedule == "dualpipe" else c.virtual_stages) * m)
+    per_layer = DP_WORK_PER_LAYER.get(c.strategy, DP_WORK_PER_LAYER_SHARDED)
+    return m * planner.base.workload.steps * len(planner.model.layers) * per_layer
+
+
 def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, rank_by: str, verify: int,
             verify_seconds: float | None, failures, tokens, samples) -> tuple[list[tuple[Estimate, Estimate | None]], dict]:
     """Simulate (``predict``) the fitting layouts, best estimate first, while one could still beat the
     best simulated so far: a layout estimated at ``e`` simulates in no less than ``e /``
     ``ESTIMATE_BOUND[1]``, so the first whose time at that bound ranks behind the best simulated one
     ends it (the estimates are in order, so every later one would too). Also ended by ``verify``
-    layouts or, after the first, ``verify_seconds`` of simulation. Returns ``(estimate, simulated or
+    layouts, by :data:`VERIFY_WORK` (the first layout whose simulation would pass it, counted by
+    :func:`simulation_work`) or, after the first, ``verify_seconds`` of simulation. Returns ``(estimate, simulated or
     None)`` pairs and what was done (:attr:`PlanResult.verification`)."""
     t0 = time.perf_counter()
     high = ESTIMATE_BOUND[1]
@@ -2870,6 +2902,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
     best = None
     stopped = "none" if not fitting or verify == 0 else "bound"
     within = 0
+    spent = 0.0
     for e in fitting:
         if best is not None:
             bound = _with_step(planner, e, None, e.step_time_s / high, failures=failures, tokens=tokens,
@@ -2885,6 +2918,11 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
         if out and verify_seconds is not None and time.perf_counter() - t0 > verify_seconds:
             stopped = "time"
             continue
+        work = simulation_work(planner, e.candidate)
+        if spent + work > VERIFY_WORK:
+            stopped = "work"
+            continue
+        spent += work
         try:
             # Within plan_layouts' scope: the profile read once for the search (dpsim.profile.once).
             pred = predict(e.candidate.config(base), degradations=planner.degradations)

@@ -154,9 +154,14 @@ def _verification_line(result) -> str:
     v = result.verification
     if not v:
         return "* simulated step by step, with its p10-p90 model error; ~ closed-form estimate."
+    from dpsim.plan.planner import VERIFY_WORK  # here: predict's reports need no planner
+
     low, high = v["bound"]
     why = {"bound": "no other estimate could beat the best simulated one",
            "count": "--verify reached", "time": "--verify-seconds reached",
+           # Named with its size: what the user changes to get the next layouts simulated.
+           "work": f"the next would pass the simulation budget of {VERIFY_WORK:,.0f} pipeline slots, stages x "
+                   f"chunks x micro-batches: a smaller global batch or more GPUs have fewer micro-batches",
            "none": "--verify 0" if result.ranked else
            "nothing within --budget-usd" if result.counts.get("over_budget") else "nothing fits"}[v["stopped_by"]]
     left = v["within_bound"] - v["simulated"]
