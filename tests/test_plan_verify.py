@@ -89,6 +89,7 @@ def test_simulation_budget_stops_at_the_first_layout_that_would_pass_it_and_says
     """``VERIFY_WORK`` is counted, not timed: the layouts simulated are the first ones whose work fits it
     together, the rest are estimates, and the table names the budget (issue 25's 5-minute plan)."""
     from dpsim.plan import planner as planner_module
+    from dpsim.report import layout as report_module
     from dpsim.report.layout import print_plan
 
     full = plan_layouts(SMALL_BASE, verify=DEFAULT_VERIFY, top=10_000, **SMALL)
@@ -97,6 +98,7 @@ def test_simulation_budget_stops_at_the_first_layout_that_would_pass_it_and_says
     assert len(works) >= 2 and all(w > 0 for w in works)
     # Room for the first layout alone: the second's work would pass it.
     monkeypatch.setattr(planner_module, "VERIFY_WORK", works[0] + works[1] / 2)
+    monkeypatch.setattr(report_module, "VERIFY_WORK", works[0] + works[1] / 2)
     result = plan_layouts(SMALL_BASE, verify=DEFAULT_VERIFY, top=10_000, **SMALL)
     v = result.verification
     assert v["simulated"] == 1 and v["stopped_by"] == "work" and v["within_bound"] > 1

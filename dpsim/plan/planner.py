@@ -102,7 +102,7 @@ from dpsim.engine.pipeline import gc_paused
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
-                          check_int, check_number, short)
+                          VERIFY_WORK, check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, stage_expert_numels
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
@@ -267,16 +267,6 @@ the chosen layout, depend on the machine and its load: DeepSeek-V3's 16,384-GPU 
 was simulated 17 layouts in one run and 15 in the next (the JSON differed); without it, every one the bound
 leaves, every time."""
 
-VERIFY_WORK = 40_000.0
-"""Most simulation work the layouts ``plan`` simulates may take together, in pipeline slots (one micro-batch
-through one stage's chunk, an op of :func:`~dpsim.engine.pipeline.run_pipeline`; :func:`simulation_work`
-counts a layout's). ``predict`` plays every micro-batch of a step, so a layout's simulation grows with its
-gradient accumulation: ``plan --gpus 16 --model llama-2-7b --global-batch 1048576`` simulated layouts of up
-to 3,333 micro-batches x 3 steps each and ran 293 s (2026-12-07, loaded 2-core machine). A slot took 70-320 µs
-there (the pipeline engine plus building its program; more under load), so 40,000 slots are ~3-13 s. Counted,
-not timed, so one search simulates the same layouts on every machine. The first layout that would
-pass it ends the simulation (``stopped_by`` ``work``), as ``--verify`` does: the rest are ranked by their
-estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it."""
 DP_WORK_PER_LAYER = {"ddp": 0.084, "zero1": 0.084, "zero2": 0.148}
 """Data parallelism alone: pipeline slots one layer's micro-batch of one simulated step costs, measured
 against the pipeline engine in the same run (llama-2-7b, 66 layers, 64 GPUs, 1,000 micro-batches x 3 steps:

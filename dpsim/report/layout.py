@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dpsim.limits import VERIFY_WORK
 from dpsim.predict.provenance import gpu_link_warnings
 from dpsim.units import format_bytes, format_bytes_against, format_seconds
 
@@ -154,8 +155,6 @@ def _verification_line(result) -> str:
     v = result.verification
     if not v:
         return "* simulated step by step, with its p10-p90 model error; ~ closed-form estimate."
-    from dpsim.plan.planner import VERIFY_WORK  # here: predict's reports need no planner
-
     low, high = v["bound"]
     why = {"bound": "no other estimate could beat the best simulated one",
            "count": "--verify reached", "time": "--verify-seconds reached",
