@@ -42,6 +42,16 @@ a forward and a backward op of the pipeline engine (one step is simulated; 64 x 
 32,768 slots take ~1 s, so the limit ~15 s and under 1 GB)."""
 MAX_PLAN_CANDIDATES = 300_000
 """Layouts one ``dpsim plan`` search may enumerate (~5,000 a second: about a minute)."""
+VERIFY_WORK = 40_000.0
+"""Most simulation work the layouts ``plan`` simulates may take together, in pipeline slots (one micro-batch
+through one stage's chunk, an op of :func:`~dpsim.engine.pipeline.run_pipeline`; :func:`~dpsim.plan.planner.simulation_work`
+counts a layout's). ``predict`` plays every micro-batch of a step, so a layout's simulation grows with its
+gradient accumulation: ``plan --gpus 16 --model llama-2-7b --global-batch 1048576`` simulated layouts of up
+to 3,333 micro-batches x 3 steps each and ran 293 s (2026-12-07, loaded 2-core machine). A slot took 70-320 µs
+there (the pipeline engine plus building its program; more under load), so 40,000 slots are ~3-13 s. Counted,
+not timed, so one search simulates the same layouts on every machine. The first layout that would
+pass it ends the simulation (``stopped_by`` ``work``), as ``--verify`` does: the rest are ranked by their
+estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it."""
 MAX_LAYERS = 1024
 """Blocks of a transformer given by its shape (``transformer:layers=``, or a transformers config read as one).
 The deepest transformers trained have 1,000 layers (Wang et al., "DeepNet: Scaling Transformers to 1,000

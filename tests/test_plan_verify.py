@@ -19,6 +19,7 @@ from dpsim.plan.planner import (
     _key,
     _Tables,
     plan_layouts,
+    simulation_work,
 )
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.run import predict
@@ -82,6 +83,50 @@ def test_verify_zero_simulates_nothing_and_says_so():
     result = plan_layouts(SMALL_BASE, verify=0, top=3, **SMALL)
     assert result.verification["simulated"] == 0 and result.verification["stopped_by"] == "none"
     assert all(e.verified is None for e in result.ranked)
+
+
+def test_simulation_budget_stops_at_the_first_layout_that_would_pass_it_and_says_so(monkeypatch):
+    """``VERIFY_WORK`` is counted, not timed: the layouts simulated are the first ones whose work fits it
+    together, the rest are estimates, and the table names the budget (issue 25's 5-minute plan)."""
+    from dpsim.plan import planner as planner_module
+    from dpsim.report import layout as report_module
+    from dpsim.report.layout import print_plan
+
+    full = plan_layouts(SMALL_BASE, verify=DEFAULT_VERIFY, top=10_000, **SMALL)
+    planner = Planner(full.base)
+    works = [simulation_work(planner, e.candidate) for e in full.ranked[:full.verification["simulated"]]]
+    assert len(works) >= 2 and all(w > 0 for w in works)
+    # Room for the first layout alone: the second's work would pass it.
+    monkeypatch.setattr(planner_module, "VERIFY_WORK", works[0] + works[1] / 2)
+    monkeypatch.setattr(report_module, "VERIFY_WORK", works[0] + works[1] / 2)
+    result = plan_layouts(SMALL_BASE, verify=DEFAULT_VERIFY, top=10_000, **SMALL)
+    v = result.verification
+    assert v["simulated"] == 1 and v["stopped_by"] == "work" and v["within_bound"] > 1
+    assert result.ranked[0].candidate == full.ranked[0].candidate and result.ranked[0].verified is not None
+    assert all(e.verified is None for e in result.ranked[1:])
+    out = io.StringIO()
+    print_plan(result, result.base, global_batch=256, console=Console(file=out, width=400))
+    assert f"simulation budget of {works[0] + works[1] / 2:,.0f} pipeline slots" in out.getvalue()
+    # Less than the first layout's work: nothing is simulated, every row is its estimate.
+    monkeypatch.setattr(planner_module, "VERIFY_WORK", works[0] / 2)
+    none = plan_layouts(SMALL_BASE, verify=DEFAULT_VERIFY, top=10_000, **SMALL)
+    assert none.verification["simulated"] == 0 and none.verification["stopped_by"] == "work"
+    assert none.best is not None and all(e.verified is None for e in none.ranked)
+
+
+def test_simulation_work_grows_with_the_micro_batches_a_simulation_plays():
+    planner = Planner(SMALL_BASE)
+    cands, _ = planner.candidates(64, global_batch=256, tps=[2], pps=[2], micro_batches=[1],
+                                  recomputes=["off"], strategies=["zero1"])
+    c = cands[0]
+    more = dataclasses.replace(c, global_batch=512)
+    assert simulation_work(planner, more) == 2 * simulation_work(planner, c)
+    alone, _ = planner.candidates(64, global_batch=256, tps=[1], pps=[1], micro_batches=[1],
+                                  recomputes=["off"], strategies=["ddp", "fsdp"])
+    ddp = next(a for a in alone if a.strategy == "ddp")
+    fsdp = next(a for a in alone if a.strategy == "fsdp")
+    # fsdp gathers and reduce-scatters per unit and micro-batch: more work per micro-batch than ddp.
+    assert simulation_work(planner, fsdp) > simulation_work(planner, ddp) > 0
 
 
 def test_cli_defaults_are_the_planner_s():

@@ -81,7 +81,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 from typing import Any
 
@@ -102,7 +102,7 @@ from dpsim.engine.pipeline import gc_paused
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
-                          check_int, check_number, short)
+                          VERIFY_WORK, check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, stage_expert_numels
 from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
@@ -266,6 +266,15 @@ VERIFY_SECONDS: float | None = None
 the chosen layout, depend on the machine and its load: DeepSeek-V3's 16,384-GPU search under the 2 s it
 was simulated 17 layouts in one run and 15 in the next (the JSON differed); without it, every one the bound
 leaves, every time."""
+
+DP_WORK_PER_LAYER = {"ddp": 0.084, "zero1": 0.084, "zero2": 0.148}
+"""Data parallelism alone: pipeline slots one layer's micro-batch of one simulated step costs, measured
+against the pipeline engine in the same run (llama-2-7b, 66 layers, 64 GPUs, 1,000 micro-batches x 3 steps:
+26.7 µs per layer and micro-batch with ddp, 47 with zero2, 74.5 with fsdp; 318 µs per slot at tp 2 x pp 4,
+8,000 micro-batches; 2026-12-07, loaded 2-core machine). Every other strategy (the ZeRO-3/FSDP family gathers
+and reduce-scatters per unit and micro-batch): :data:`DP_WORK_PER_LAYER_SHARDED`."""
+DP_WORK_PER_LAYER_SHARDED = 0.234
+"""As :data:`DP_WORK_PER_LAYER`, for zero3, fsdp and their variants (measured with fsdp, same run)."""
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch sizes searched unless given."""
@@ -561,7 +570,8 @@ class PlanResult:
     verification: dict = field(default_factory=dict)
     """What was simulated: ``simulated`` (layouts), ``within_bound`` (layouts whose estimate could
     beat the best simulated one, :data:`ESTIMATE_BOUND`), ``stopped_by`` (``bound``: every such
-    layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``none``: nothing
+    layout was simulated; ``count``: ``--verify``; ``time``: ``--verify-seconds``; ``work``: the next
+    layout's simulation would pass :data:`VERIFY_WORK`; ``none``: nothing
     fit or ``--verify 0``), ``bound``."""
 
     @property
@@ -2182,8 +2192,13 @@ class Planner:
                     hit = cuts[s, df, db] = a2a_overlap_cut(works[s][df], works[s][db], contention)
                 return hit
             cut_of = pair_cut
-        out = dualpipe_stage_times(p, m, per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad),
-                                   cut_of, ready, gathers, self.base.calibration.overlap_slowdown)
+        forward, backward, weight = per_chunk(tab.forward), per_chunk(tab.backward), per_chunk(tab.weight_grad)
+
+        def replay(n: int) -> tuple[list[float], list[list[float]]]:
+            return dualpipe_stage_times(p, n, forward, backward, weight, cut_of, ready, gathers,
+                                        self.base.calibration.overlap_slowdown)
+
+        out = dualpipe_extrapolated(replay, p, m)
         self._steady[key] = out
         return out
 
@@ -2201,8 +2216,10 @@ class Planner:
         """:meth:`estimate` as a generator: for a tensor/pipeline layout that fits, it first yields a floor
         of its step (the pipeline and its transfers, to which the data-parallel collectives and the
         update only add), then returns the :class:`Estimate` (``StopIteration.value``); any other it
-        returns at once. :func:`plan_layouts` finishes only the layouts whose floor could still rank
-        them where the output reads them (:class:`_Ranking`)."""
+        returns at once. A layout whose pipeline is replayed first yields a cheaper floor (its heaviest
+        stage's compute), before the replay: each floor is no lower than the one before. :func:`plan_layouts`
+        finishes only the layouts whose floor could still rank them where the output reads them
+        (:class:`_Ranking`)."""
         self.topology(c.gpus)
         gpu = self.gpu
         p, v = c.pp, c.virtual_stages
@@ -2255,6 +2272,14 @@ class Planner:
         replayed = p > 1 and not c.moe_a2a_overlap and 2 * p * v * m <= MAX_REPLAY_OPS and (
             c.schedule == "1f1b" or (c.schedule == "1f1b-interleaved" and v > 1 and m > p))
         if replayed:
+            if c.sharded:
+                # A floor before the replays: each stage runs every forward and backward of its chunks one after
+                # another (the replay's ops last that or longer), less a rounding margin (the replay sums them in
+                # another order). The ranking replays only the layouts this could rank where it reads (a search of
+                # Mixtral-8x7B on 256 GPUs replayed all 9,345 layouts for their floor: 45 of its 97 s).
+                forward, backward, _ = self.chunk_sums(tab, assignment)
+                yield max(m * sum(f + b for f, b in zip(fs, bs)) for fs, bs in zip(forward, backward)) \
+                    * (1.0 - FLOOR_MARGIN)
             # Stage by stage, each first forward's FP8 casts with it.
             pipe = self.blocking_s(tab, assignment, p, v, m)
         else:
@@ -2821,10 +2846,14 @@ class _Ranking:
         while self._pending and (not self._done or self._done[0][0][0] >= self._pending[0][0]):
             floor, order, steps, price = heapq.heappop(self._pending)
             try:
-                while True:
-                    next(steps)
+                # A tighter floor (estimate_steps may yield several, each no lower than the last): back in line.
+                tighter = self._first_key(next(steps))
             except StopIteration as finished:
                 e = _priced(finished.value, price, tokens=None, samples=None)
+            else:
+                assert tighter >= floor, "a floor below the one before"
+                heapq.heappush(self._pending, (tighter, order, steps, price))
+                continue
             assert e.fits and _key(e, self._rank_by)[0] >= floor, "an estimate below its floor"
             heapq.heappush(self._done, (_key(e, self._rank_by), order, e))
         return heapq.heappop(self._done)[2]
@@ -2855,13 +2884,59 @@ def _with_step(planner: Planner, e: Estimate, pred: Prediction | None, step_s: f
     return planner.through_failures(v, failures) if failures is not None else v
 
 
+FLOOR_MARGIN = 1e-9
+"""Relative margin a floor of the step keeps below the sum it is (:meth:`Planner.estimate_steps`): the replay
+adds the same op times one by one, in another order, and may round below it."""
+LINEAR_TOLERANCE = 1e-9
+"""Relative difference within which two successive increments of a replay count as equal
+(:func:`dualpipe_extrapolated`): float rounding of sums of thousands of op times, far below any
+difference a schedule's shape makes."""
+
+
+def dualpipe_extrapolated(replay: Callable[[int], tuple[list[float], list[list[float]]]], p: int, m: int
+                          ) -> tuple[list[float], list[list[float]]]:
+    """``replay(m)`` (:func:`~dpsim.strategies.pipeline.dualpipe_stage_times` of ``p`` stages and ``m``
+    micro-batches), extrapolated past :data:`MAX_REPLAY_OPS` from a replay of its steady state.
+
+    The replay costs ~3·p·m steps (a search of Mixtral-8x7B on 256 GPUs replayed DualPipe for hundreds of
+    layouts of up to thousands of micro-batches: 412 of its 598 s, 2026-12-07). Two more micro-batches (one
+    each way) add one F&B pair per stage to DualPipe's steady middle, so once the fill and drain are
+    settled every stage's end and each direction's last ``W`` grow by the same seconds each time: the
+    replays of ``m0``, ``m0 + 2`` and ``m0 + 4`` micro-batches (``m0``: the most within the replay limit,
+    at least ``2p``) must show two increments equal within :data:`LINEAR_TOLERANCE` of the times, else the
+    whole ``m`` is replayed. Up to the limit, the replay itself (bit for bit as before)."""
+    m0 = max(2 * p, (MAX_REPLAY_OPS // (2 * p) - 4) // 2 * 2)
+    if 2 * p * m <= MAX_REPLAY_OPS or m <= m0 + 4 or m % 2:
+        return replay(m)
+    runs = [replay(n) for n in (m0, m0 + 2, m0 + 4)]
+    flat = [[*end, *(t for pair in grads for t in pair)] for end, grads in runs]
+    a, b, c = flat
+    if not all(abs((z - y) - (y - x)) <= LINEAR_TOLERANCE * max(abs(z), 1e-300) for x, y, z in zip(a, b, c)):
+        return replay(m)
+    k = (m - m0 - 4) // 2
+    out = [z + k * (z - y) for y, z in zip(b, c)]
+    return out[:p], [out[p + 2 * s:p + 2 * s + 2] for s in range(p)]
+
+
+def simulation_work(planner: Planner, c: Candidate) -> float:
+    """What simulating ``c`` (its ``predict``) costs, in pipeline slots (:data:`VERIFY_WORK`): with a layout,
+    its stages x chunks x micro-batches (the pipeline engine plays one step); with data parallelism alone,
+    its micro-batches x ``--steps`` x the model's layers, weighted by :data:`DP_WORK_PER_LAYER`."""
+    m = c.global_batch // (c.micro_batch * c.dp)
+    if c.sharded:
+        return float(c.pp * (2 if c.schedule == "dualpipe" else c.virtual_stages) * m)
+    per_layer = DP_WORK_PER_LAYER.get(c.strategy, DP_WORK_PER_LAYER_SHARDED)
+    return m * planner.base.workload.steps * len(planner.model.layers) * per_layer
+
+
 def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, rank_by: str, verify: int,
             verify_seconds: float | None, failures, tokens, samples) -> tuple[list[tuple[Estimate, Estimate | None]], dict]:
     """Simulate (``predict``) the fitting layouts, best estimate first, while one could still beat the
     best simulated so far: a layout estimated at ``e`` simulates in no less than ``e /``
     ``ESTIMATE_BOUND[1]``, so the first whose time at that bound ranks behind the best simulated one
     ends it (the estimates are in order, so every later one would too). Also ended by ``verify``
-    layouts or, after the first, ``verify_seconds`` of simulation. Returns ``(estimate, simulated or
+    layouts, by :data:`VERIFY_WORK` (the first layout whose simulation would pass it, counted by
+    :func:`simulation_work`) or, after the first, ``verify_seconds`` of simulation. Returns ``(estimate, simulated or
     None)`` pairs and what was done (:attr:`PlanResult.verification`)."""
     t0 = time.perf_counter()
     high = ESTIMATE_BOUND[1]
@@ -2870,6 +2945,7 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
     best = None
     stopped = "none" if not fitting or verify == 0 else "bound"
     within = 0
+    spent = 0.0
     for e in fitting:
         if best is not None:
             bound = _with_step(planner, e, None, e.step_time_s / high, failures=failures, tokens=tokens,
@@ -2885,6 +2961,11 @@ def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, r
         if out and verify_seconds is not None and time.perf_counter() - t0 > verify_seconds:
             stopped = "time"
             continue
+        work = simulation_work(planner, e.candidate)
+        if spent + work > VERIFY_WORK:
+            stopped = "work"
+            continue
+        spent += work
         try:
             # Within plan_layouts' scope: the profile read once for the search (dpsim.profile.once).
             pred = predict(e.candidate.config(base), degradations=planner.degradations)

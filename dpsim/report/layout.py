@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dpsim.limits import VERIFY_WORK
 from dpsim.predict.provenance import gpu_link_warnings
 from dpsim.units import format_bytes, format_bytes_against, format_seconds
 
@@ -157,6 +158,9 @@ def _verification_line(result) -> str:
     low, high = v["bound"]
     why = {"bound": "no other estimate could beat the best simulated one",
            "count": "--verify reached", "time": "--verify-seconds reached",
+           # Named with its size: what the user changes to get the next layouts simulated.
+           "work": f"the next would pass the simulation budget of {VERIFY_WORK:,.0f} pipeline slots, stages x "
+                   f"chunks x micro-batches: a smaller global batch or more GPUs have fewer micro-batches",
            "none": "--verify 0" if result.ranked else
            "nothing within --budget-usd" if result.counts.get("over_budget") else "nothing fits"}[v["stopped_by"]]
     left = v["within_bound"] - v["simulated"]
