@@ -1,6 +1,7 @@
 """Input-validation gaps the twenty-first fuzz round saw after its first fixes (fuzz21b): --attention-kernel and
---no-flash-attention on a model with no attention, a VariabilitySpec noise_source that is no text, nccl-tests logs
-of two GPU models in two link classes, and a transformer shape's dropout that underflows to 0.
+--no-flash-attention on a model with no attention (and --no-flash-attention on a traced module), a VariabilitySpec
+noise_source that is no text, nccl-tests logs of two GPU models in two link classes, and a transformer shape's
+dropout that underflows to 0.
 
 Each case says what it did before.
 """
@@ -47,6 +48,14 @@ def test_no_flash_attention_on_a_torch_mlp_is_refused(tmp_path, capsys):
     path.write_text(_MLP)
     refused(["predict", "--model", f"{path}:build", "--input-shape", "8,64", "--gpus", "8", "--steps", "1",
              "--no-flash-attention"], capsys, "--no-flash-attention", "mlp.py:build", "none of them attention")
+
+
+def test_no_flash_attention_on_a_traced_module_with_attention_is_refused(capsys):
+    """Before: ``--model examples/my_model.py:build --no-flash-attention`` predicted the same step as without the flag
+    (status 0): a traced module runs its own attention, and the flag reaches only the models dpsim builds."""
+    pytest.importorskip("torch")
+    refused(["predict", "--model", str(REPO / "examples" / "my_model.py") + ":build", "--gpus", "8", "--steps", "1",
+             "--no-flash-attention"], capsys, "--no-flash-attention", "traced torch module", "my_model.py:build")
 
 
 # --- 2. a VariabilitySpec noise_source that is no text ---------------------------------------------------------------

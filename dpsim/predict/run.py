@@ -610,6 +610,13 @@ def load_model(config: PredictConfig) -> ModelSpec:
     source = model_source(config)
     if is_torch_model_ref(source):
         model = load_torch_workload(source, input_shape=config.workload.input_shape)
+        if not config.execution.flash_attention and any(
+                isinstance(op, AttentionOp) for layer in model.layers for op in layer.ops):
+            # The trace runs the module's own attention (SDPA, fused, or its eager matmuls): the flag built nothing
+            # else, and examples/my_model.py:build predicted the same step with it as without, status 0.
+            raise ConfigError(f"--no-flash-attention: applies to a model dpsim builds (a catalog model or a shape), "
+                              f"not to a traced torch module (--model {config.workload.model}), whose own modules "
+                              f"say how it attends; leave --no-flash-attention out")
     else:
         if is_config_json_ref(source):
             # Its shape, read from the file now: keyed by the path, the memo kept the model of the file as it was
