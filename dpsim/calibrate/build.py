@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -81,16 +82,8 @@ def profile_from_nccl_tests(
         groups.setdefault((lc, log.op), []).append(log)
     ops: dict[tuple[str, str], OpCalibration] = {}
     link_classes: dict[str, dict[str, Any]] = {}
+    check_one_gpu_model(logs)
     for (lc, op), group in groups.items():
-        ran_on = [(log, log.device_names) for log in group if log.device_names]
-        other = next(((log, d) for log, d in ran_on if d != ran_on[0][1]), None)
-        if other is not None:
-            # One fit over two machines' runs: an A100 pair's and an H100 pair's all_reduce logs were merged into one
-            # inter_node fit (R² 0.80, a warning only), describing neither system.
-            first, devices0 = ran_on[0]
-            raise ProfileError(f"--from-nccl-tests: {other[0].path} ran {op} {lc} on {', '.join(other[1])}, but "
-                               f"{first.path} on {', '.join(devices0)}; a profile describes one system (make one "
-                               f"profile per system)")
         if lc not in classes:  # only sendrecv logs for this class
             classes[lc] = (group[0].n_ranks, group[0].n_nodes, group[0].path)
         n0, nodes0, _ = classes[lc]
@@ -125,6 +118,29 @@ def profile_from_nccl_tests(
         compute=None,
         warnings=tuple(fit_warnings(ops)),
     )
+
+
+# A GPU model as nccl-tests' device list spells it within a longer name: "A100" in "NVIDIA A100-SXM4-80GB" and in
+# "AWS p4de.24xlarge x2 (16x A100 80GB)", "H100" in "NVIDIA H100 80GB HBM3", "MI300X", "L40S", "GH200".
+_GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([A-Z]{1,2}\d{2,3}[A-Z]?)(?![A-Za-z0-9])")
+
+
+def gpu_models(device_names: Iterable[str]) -> frozenset[str]:
+    """The GPU models ``device_names`` name (each name itself where it spells none dpsim recognises)."""
+    return frozenset(next((m.group(1) for m in _GPU_MODEL.finditer(d)), d) for d in device_names)
+
+
+def check_one_gpu_model(logs: Iterable[NcclTestsLog]) -> None:
+    """Refuse logs of one profile run on different GPU models: a profile describes one system. Checked per op and
+    link class alone, an A100 node's intra_node log and an H100 pair's inter_node log made one profile (status 0)."""
+    ran_on = [(log, gpu_models(log.device_names)) for log in logs if log.device_names]
+    other = next(((log, m) for log, m in ran_on if m != ran_on[0][1]), None)
+    if other is not None:
+        first, models0 = ran_on[0]
+        raise ProfileError(f"--from-nccl-tests: {other[0].path} ran on {', '.join(sorted(other[1]))} "
+                           f"({', '.join(other[0].device_names)}), but {first.path} on {', '.join(sorted(models0))} "
+                           f"({', '.join(first.device_names)}); a profile describes one system (make one profile "
+                           f"per system)")
 
 
 def summarize(times_s: list[float], size_bytes: float, source: str | None = None) -> Measurement:

@@ -80,7 +80,7 @@ from dpsim.workload.model_ref import is_torch_model_ref
 from dpsim.workload.precision import Precision, check_fp8_params_strategy, check_precision_on_gpu, get_precision
 from dpsim.workload.roofline import Efficiencies
 from dpsim.workload.shapes import is_config_json_ref, shape_ref_of_config_json
-from dpsim.workload.spec import ModelSpec
+from dpsim.workload.spec import AttentionOp, ModelSpec
 
 
 def resolve_topology(config: PredictConfig) -> Topology:
@@ -610,6 +610,13 @@ def load_model(config: PredictConfig) -> ModelSpec:
     source = model_source(config)
     if is_torch_model_ref(source):
         model = load_torch_workload(source, input_shape=config.workload.input_shape)
+        if not config.execution.flash_attention and any(
+                isinstance(op, AttentionOp) for layer in model.layers for op in layer.ops):
+            # The trace runs the module's own attention (SDPA, fused, or its eager matmuls): the flag built nothing
+            # else, and examples/my_model.py:build predicted the same step with it as without, status 0.
+            raise ConfigError(f"--no-flash-attention: applies to a model dpsim builds (a catalog model or a shape), "
+                              f"not to a traced torch module (--model {config.workload.model}), whose own modules "
+                              f"say how it attends; leave --no-flash-attention out")
     else:
         if is_config_json_ref(source):
             # Its shape, read from the file now: keyed by the path, the memo kept the model of the file as it was
@@ -619,7 +626,22 @@ def load_model(config: PredictConfig) -> ModelSpec:
         model = memoized(get_model, source, seq_len=config.workload.seq_len,
                          flash_attention=config.execution.flash_attention, mtp_depth=config.workload.mtp_depth)
     kernel = config.execution.attention_kernel
+    check_attention_flags_apply(model, config)
     return counted_model(model if kernel == "sdpa" else memoized(with_attention_kernel, model, kernel), config)
+
+
+def check_attention_flags_apply(model: ModelSpec, config: PredictConfig) -> None:
+    """Refuse ``--attention-kernel`` and ``--no-flash-attention`` on a model with no attention (a CNN, an MLP):
+    they change only attention ops, so on resnet50 both were taken and predicted the same step in silence."""
+    if any(isinstance(op, AttentionOp) for layer in model.layers for op in layer.ops):
+        return
+    e = config.execution
+    flag = (f"--attention-kernel: {e.attention_kernel!r}" if e.attention_kernel != "sdpa"
+            else "--no-flash-attention:" if not e.flash_attention else None)
+    if flag is not None:
+        name = flag.partition(":")[0]
+        raise ConfigError(f"{flag} applies to attention, but --model {config.workload.model} has "
+                          f"{count(len(model.layers), 'layer')}, none of them attention; leave {name} out")
 
 
 def counted_model(model: ModelSpec, config: PredictConfig) -> ModelSpec:

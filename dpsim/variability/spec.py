@@ -177,6 +177,12 @@ class VariabilitySpec:
             raise ConfigError(f"confidence: {short(self.confidence)} is not valid; expected a number in (0, 1)")
         check_parsed_items(self.stragglers, "--straggler", Straggler, "parse_straggler('gpu0:2x')")
         check_degradations(self.degradations)
+        # The table and the JSON print it as the noise's origin: noise_source=5 was taken and printed "from 5".
+        if self.noise_source is not None and not (isinstance(self.noise_source, str) and self.noise_source.strip()
+                                                  and len(self.noise_source) <= MAX_TEXT_CHARS):
+            raise ConfigError(f"noise_source: {short(self.noise_source)} is not valid; expected None (noise_cv given) "
+                              f"or a non-empty text of at most {MAX_TEXT_CHARS:,} characters naming where noise_cv "
+                              f"came from (e.g. \"calibration profile 'a100' step_time_cv\")")
 
     @property
     def per_rank(self) -> bool:

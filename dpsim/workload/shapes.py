@@ -295,6 +295,10 @@ def _dropout(text: str | None, norm: str, pos: str) -> float:
     value = float(text) if _ASCII_FLOAT.fullmatch(text) else -1.0
     if not 0.0 <= value < 1.0:
         raise _fail("dropout", text, "expected a probability from 0 up to (not including) 1")
+    if value == 0.0 and any(c in "123456789" for c in text.lower().partition("e")[0]):
+        # dropout=1e-400 underflowed to 0 and built blocks with no dropout kernels, a value the user never wrote.
+        raise _fail("dropout", text, "it underflows to 0 in double precision; give dropout=0 or a probability "
+                                     "from 1e-300 up to (not including) 1")
     if value and not gpt:
         which = "rmsnorm (Llama)" if norm == "rmsnorm" else "pos=rope"
         raise _fail("dropout", text, f"{which} blocks have no dropout; give dropout=0 or leave it out")
