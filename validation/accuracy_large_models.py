@@ -985,6 +985,12 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
                 assumed.append("a capacity per device (device-level token dropping) costed as one per expert")
     else:
         kw.update(grad_accum=grad_accum, recompute=recompute)
+        if row["framework"].startswith(MEGATRON_FRAMEWORKS) and strategy == "zero1":
+            # Megatron-Core's distributed optimizer with data parallelism alone (the MLPerf v5.1 Llama 3.1 8B
+            # rows: USE_DIST_OPTIMIZER and OVERLAP_PARAM_GATHER True; their logs' resolved DDP configuration
+            # overlap_param_gather=True, align_param_gather=False): the updated parameters gathered ahead of each
+            # layer's next forward, not after the step as DeepSpeed's ZeRO-1 (dpsim/strategies/zero.py).
+            kw["zero_impl"] = "megatron"
     if compute_efficiency is not None:
         kw["compute_efficiency"] = compute_efficiency
     model = model_of(row)

@@ -131,7 +131,7 @@ FsdpVersion = Literal["1", "2"]
 """``--fsdp-version``: the keys of :data:`dpsim.strategies.registry.FSDP_VERSIONS`."""
 FsdpAccumulate = Literal["auto", "unsharded", "sharded"]
 """``--fsdp-accumulate``: the keys of :data:`dpsim.strategies.registry.FSDP_ACCUMULATE`."""
-ZeroImpl = Literal["deepspeed", "internlm", "gemini"]
+ZeroImpl = Literal["deepspeed", "internlm", "megatron", "gemini"]
 """``--zero-impl``: the keys of :data:`dpsim.strategies.registry.ZERO_IMPLS`."""
 Offload = Literal["off", "optimizer", "params+optimizer", "expert-activations"]
 """``--offload``: the keys of :data:`dpsim.strategies.offload.OFFLOAD`."""
@@ -329,7 +329,10 @@ class ParallelismConfig:
     """Whose ZeRO-1 runs --strategy zero1: deepspeed (gradients reduce-scattered, the flat buffer
     all-gathered after the step; with --tp/--pp Megatron's distributed optimizer) or internlm (InternLM's
     HybridZeroOptimizer: gradients all-reduced over every data-parallel rank, each owner's parameters
-    broadcast in its --zero-group; with --tp too, not with --pp/--cp/--ep); whose ZeRO-3 runs --strategy zero3:
+    broadcast in its --zero-group; with --tp too, not with --pp/--cp/--ep) or megatron (Megatron-Core's
+    distributed optimizer with data parallelism alone: as deepspeed, but with overlap each layer's updated
+    parameters all-gathered ahead of its next forward, --overlap-param-gather; a layout's zero1 is already
+    Megatron's); whose ZeRO-3 runs --strategy zero3:
     deepspeed, or gemini (Colossal-AI's chunked ZeRO-3 as its GeminiPlugin runs it: chunks gathered and
     reduce-scattered on the compute stream; data parallelism alone, no accumulation)."""
     zero_group: int | None = field(default=None, metadata=_count())
@@ -898,6 +901,16 @@ class PredictConfig:
                               f"would change nothing; it applies to ddp, zero1 and zero2 (gradient buckets) and to "
                               f"--tp/--cp/--pp layouts; leave it out")
         check_zero_options(p.strategy, p.zero_impl, p.zero_group, n_gpus=None if p.layout_active else c.gpus)
+        if p.zero_impl == "megatron":
+            # The data-parallel path's zero1 with Megatron-Core's overlapped parameter gather
+            # (dpsim/strategies/zero.py); a layout's zero1 already runs Megatron's distributed optimizer.
+            if p.layout_active:
+                raise ConfigError(f"--zero-impl: megatron is the data-parallel-only zero1; with {p.layout_flags} "
+                                  f"--strategy zero1 already runs Megatron-Core's distributed optimizer; leave "
+                                  f"--zero-impl out")
+            if e.offload != "off":
+                raise ConfigError(f"--offload: {e.offload} does not combine with --zero-impl megatron (Megatron's "
+                                  f"optimizer CPU offload is not modelled); leave one of them out")
         if p.zero_impl == "gemini":
             # Gemini is modelled as the GeminiPlugin runs it: data parallelism alone, its own placement, no
             # accumulation (dpsim/strategies/gemini.py).

@@ -210,6 +210,9 @@ ZERO_IMPLS: dict[str, str] = {
     "internlm": "InternLM's HybridZeroOptimizer: gradients all-reduced over every data-parallel rank in "
                 "reduce_bucket_size buckets, whole parameters owned greedily within the --zero-group, each "
                 "owner's updated parameters broadcast to its group after the step",
+    "megatron": "Megatron-Core's distributed optimizer (use_distributed_optimizer) without a layout: gradients "
+                "reduce-scattered in buckets during backward (overlap_grad_reduce), the updated parameters "
+                "all-gathered layer by layer ahead of each layer's next forward (overlap_param_gather)",
     "gemini": "Colossal-AI Gemini (--strategy zero3): parameters in equal chunks, each all-gathered when an "
               "operation first needs it and freed when an operation on another chunk runs, reduce-scattered when "
               "all its gradients are in, every collective blocking the compute stream",
@@ -217,7 +220,7 @@ ZERO_IMPLS: dict[str, str] = {
 """``--zero-impl`` choices: whose ZeRO-1 runs ``--strategy zero1`` (:mod:`dpsim.strategies.zero`), whose ZeRO-3
 runs ``--strategy zero3`` (``gemini``: :mod:`dpsim.strategies.gemini`)."""
 
-ZERO_IMPL_STRATEGY = {"internlm": "zero1", "gemini": "zero3"}
+ZERO_IMPL_STRATEGY = {"internlm": "zero1", "megatron": "zero1", "gemini": "zero3"}
 """The one strategy each non-default ``--zero-impl`` applies to."""
 
 

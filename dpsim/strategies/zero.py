@@ -26,6 +26,21 @@ each bucket.
 with ``all_gather_into_tensor`` whenever the backend has it and uses that size only
 otherwise.
 
+Megatron-Core's distributed optimizer without a layout (``--zero-impl megatron``: tp, pp, cp and ep all 1,
+where the layout path does not run; with any of them the layout's ``zero1`` is already Megatron's) reduces
+as above, but with ``overlap_param_gather`` it does not gather the updated parameters before the step
+ends: ``DistributedOptimizer.step_with_ready_grads`` launches no all-gather when the flag is on ("the first
+all-gather is launched asynchronously in the next optimizer.zero_grad() call and subsequent all-gathers are
+launched in the forward pre-hook", ``megatron/core/optimizer/distrib_optimizer.py`` lines 2587-2593 at
+NVIDIA/Megatron-LM tag 25.09-alpha.rc1, d33919011c70, the ``MCORE_REVISION`` of MLPerf Training v5.1's Llama
+3.1 8B Dockerfiles), and each module's forward pre-hook waits for its bucket's gather and dispatches the next
+bucket's (``_make_forward_pre_hook``, ``megatron/core/distributed/distributed_data_parallel.py`` lines
+409-443; ``finish_param_sync``, ``param_and_grad_buffer.py`` lines 265-301). dpsim gathers one layer at a
+time, queued at the step's start in forward order, each layer's forward waiting for its own: the
+buckets of those runs (``bucket_size`` 134,217,728 or 768,000,000 parameters in their logs) span 0.6 to
+3.5 Llama 3.1 8B blocks, so the layer is the unit (ASSUMED, not Megatron's bucket boundaries). Without
+overlap (``--no-overlap``) it gathers after the step, as DeepSpeed. Memory is DeepSpeed's zero1 count.
+
 InternLM's ZeRO-1 (``--zero-impl internlm``, ``HybridZeroOptimizer`` in
 ``internlm/solver/optimizer/hybrid_zero_optim.py`` at InternLM/InternLM@20fe5ac297e6, the
 InternLM training framework later renamed InternEvo) moves state differently:
@@ -93,7 +108,7 @@ from dpsim.strategies.shards import (
 )
 from dpsim.strategies.tensor import TpModel
 from dpsim.workload.fp8 import layers_gathered_bytes
-from dpsim.workload.spec import ParamSpec
+from dpsim.workload.spec import ModelSpec, ParamSpec
 
 
 def deepspeed_buckets(params: Sequence[ParamSpec], bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
@@ -204,6 +219,27 @@ def _internlm_program(request: BuildRequest) -> StrategyProgram:
                            gradient_ops=tuple(grad_ops), units=tuple(request.checkpoint_units))
 
 
+def _forward_gathers(b: _Builder, model: ModelSpec, padded: int, precision) -> dict[int, list[int]]:
+    """Megatron-Core's ``overlap_param_gather`` on the data-parallel path (``--zero-impl megatron``, the module
+    docstring): one all-gather of each layer's updated parameters (the alignment padding with the last
+    layer's), queued at the step's start in forward order on the one communication stream; each layer's
+    forward waits for its own. Returns layer index -> the op its forward waits for."""
+    waits: dict[int, list[int]] = {}
+    ops = []
+    last = len(model.layers) - 1
+    for i, layer in enumerate(model.layers):
+        numel = layer.param_count + (padded - model.param_count if i == last else 0)
+        if not numel:
+            continue
+        # FP8 primary weights (--fp8-params): the layer's FP8 linears' weights gathered in one byte.
+        size = layers_gathered_bytes(model, (i,), numel, precision.weight_bytes, precision.fp8)
+        op = b.op(f"all-gather updated parameters of {layer.name}", "all_gather", size, "allgather")
+        ops.append(op)
+        waits[i] = [op]
+    b.launch(*ops)
+    return waits
+
+
 def build_zero2(request: BuildRequest) -> StrategyProgram:
     """``zero2``: gradients partitioned too, so reduced in every micro-batch."""
     return _zero12_program(request, stage=2)
@@ -227,8 +263,11 @@ def _zero12_program(request: BuildRequest, *, stage: int) -> StrategyProgram:
     padded = deepspeed_partition_numel(model.param_count, world) * world
     grad_ops: list[int] = []
     last_bucket = len(buckets) - 1
+    # Megatron-Core's distributed optimizer with overlap: the previous step's update gathered ahead of each
+    # layer's forward; otherwise (DeepSpeed, or Megatron without overlap) all-gathered before the step ends.
+    gathers = _forward_gathers(b, model, padded, precision) if request.zero_impl == "megatron" and overlap else {}
     for j in range(grad_accum):
-        _forward(b, compute, j, grad_accum)
+        _forward(b, compute, j, grad_accum, wait_at=gathers if j == 0 else {})
         reduce_now = stage == 2 or j == grad_accum - 1
         after: dict[int, list[int]] = {}
         block: dict[int, list[int]] = {}
@@ -247,10 +286,12 @@ def _zero12_program(request: BuildRequest, *, stage: int) -> StrategyProgram:
                 block = after  # reduced in the hook, on the compute stream
         _backward_pass(b, compute, j, grad_accum, recompute=recompute, after=after, block_after=block)
     b.task("optimizer", "optimizer", _optimizer_s(compute, padded / world / model.param_count), wait=grad_ops)
-    # FP8 primary weights (--fp8-params): the FP8 linears' weights gathered in FP8 (the alignment padding 16-bit).
-    gathered = layers_gathered_bytes(model, range(len(model.layers)), padded, precision.weight_bytes, precision.fp8)
-    ag = b.op("all-gather updated parameters", "all_gather", gathered, "allgather")
-    b.launch(ag)
-    b.task("optimizer", "wait for parameter all-gather", 0.0, wait=[ag])
+    if not gathers:
+        # FP8 primary weights (--fp8-params): the FP8 linears' weights gathered in FP8 (the alignment padding 16-bit).
+        gathered = layers_gathered_bytes(model, range(len(model.layers)), padded, precision.weight_bytes,
+                                         precision.fp8)
+        ag = b.op("all-gather updated parameters", "all_gather", gathered, "allgather")
+        b.launch(ag)
+        b.task("optimizer", "wait for parameter all-gather", 0.0, wait=[ag])
     return StrategyProgram(strategy=f"zero{stage}", program=b.build(), shard_group_size=world,
                            gradient_ops=tuple(grad_ops), units=tuple(request.checkpoint_units))
