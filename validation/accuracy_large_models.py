@@ -163,6 +163,13 @@ SYSTEMS = {
     "8 A100 (one node, as published)": System(
         name="EasyContext A100", link="dgx-a100",
         assumed="one DGX A100-like node (NVSwitch, PCIe 4.0, A100 80GB; server and memory size not published)"),
+    # IBM Research's FSDP-vs-DeepSpeed comparison through Accelerate (huggingface/blog@09e9aa2d9b04
+    # deepspeed-to-fsdp-and-back.md, Table 3: "four A100 GPUs"; R215-R216): nothing else about the
+    # machine is stated.
+    "4 A100 (IBM Research, Hugging Face Accelerate blog: 'four A100 GPUs', as published; server and interconnect "
+    "not stated)": System(
+        name="IBM Research A100 (Accelerate)", link="dgx-a100",
+        assumed="server not stated: 4 GPUs of a DGX A100-like node (NVSwitch, A100 80GB; memory size not published)"),
     # Megatron-Core's MoE runs (its MoE README and the Megatron-MoE-ModelZoo): NVIDIA's H100
     # clusters, one system; the preset is 8x 400 Gb/s NDR per node, the InfiniBand they publish.
     "8x H100 80GB HBM3 per node, NVLink 4th generation, InfiniBand 8x400 Gbit/s (as published)": System(
