@@ -163,6 +163,19 @@ SYSTEMS = {
     "8 A100 (one node, as published)": System(
         name="EasyContext A100", link="dgx-a100",
         assumed="one DGX A100-like node (NVSwitch, PCIe 4.0, A100 80GB; server and memory size not published)"),
+    # IBM Research's FSDP-vs-DeepSpeed comparison through Accelerate (huggingface/blog@09e9aa2d9b04
+    # deepspeed-to-fsdp-and-back.md, Table 3: "four A100 GPUs"; R215-R216): nothing else about the
+    # machine is stated.
+    "4 A100 (IBM Research, Hugging Face Accelerate blog: 'four A100 GPUs', as published; server and interconnect "
+    "not stated)": System(
+        name="IBM Research A100 (Accelerate)", link="dgx-a100",
+        assumed="server not stated: 4 GPUs of a DGX A100-like node (NVSwitch, A100 80GB; memory size not published)"),
+    # LitGPT's Thunder extension benchmark (Lightning-AI/litgpt@101e31d2e4d4 extensions/thunder/README.md:
+    # "The CUDA devices are all NVIDIA A100-SXM4-40GB"; R217-R219): server and links not stated.
+    "8x NVIDIA A100-SXM4-40GB (Lightning AI, litgpt Thunder extension benchmark, as published; server and "
+    "interconnect not stated)": System(
+        name="LitGPT Thunder A100", link="dgx-a100",
+        assumed="server not stated: a DGX A100-like node (NVSwitch, 8x A100-SXM4-40GB)"),
     # Megatron-Core's MoE runs (its MoE README and the Megatron-MoE-ModelZoo): NVIDIA's H100
     # clusters, one system; the preset is 8x 400 Gb/s NDR per node, the InfiniBand they publish.
     "8x H100 80GB HBM3 per node, NVLink 4th generation, InfiniBand 8x400 Gbit/s (as published)": System(
@@ -387,6 +400,8 @@ STRATEGIES = {
     "hybrid zero1": ("zero1", ""),  # InternLM's zero1=k: --zero-impl internlm --zero-group k (job_of)
     "fsdp2": ("fsdp", ""),  # --fsdp-version 2 (job_of): per-parameter shards, reduce-scatter every micro-batch
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
+    "ddp (Fabric DDPStrategy": ("ddp", ""),  # LitGPT's Thunder extension, --strategy ddp (R218)
+    "ddp (one device": ("ddp", ""),  # one GPU, no collective (R219): dp 1
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
     "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
     "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
@@ -437,6 +452,9 @@ PRECISIONS = {
     "bf16 params, fp32 gradient reduction": "bf16-fp32-grads",  # OLMo-core
     "fp16 (DeepSpeed": "fp16-params",  # DeepSpeed fp16: fp16 params and grads, loss scaling, fp32 master in the optimizer
     "bf16 (DeepSpeed bf16": "bf16-params",  # XTuner's DeepSpeed bf16: 16-bit params and grads, fp32 master
+    # Lightning Fabric precision="bf16-true" (LitGPT's Thunder extension, R217-R219): the module cast to bf16,
+    # AdamW state created from the bf16 parameters, no fp32 master: dpsim's bf16-true exactly.
+    "bf16-true (Fabric": "bf16-true",
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
