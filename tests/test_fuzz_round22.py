@@ -29,3 +29,23 @@ def test_a_bare_zero_is_a_duration_in_any_unit(capsys):
     refused(_GOODPUT[:-1] + ["--mtbf-node", "0"], capsys, "--mtbf-node", "> 0")
     # Any other bare number still needs its unit.
     refused(_GOODPUT[:-1] + ["--restart", "5"], capsys, "--restart", "'5' has no unit")
+
+
+# --- 2. a PredictConfig part of the wrong type, an unknown setting ----------------------------------------------------
+@pytest.mark.parametrize("kwargs, words", [
+    ({"parallelism": {"tp": 2}}, ("parallelism", "{'tp': 2}", "expected a ParallelismConfig", "tp=...")),
+    ({"execution": "amp-bf16"}, ("execution", "'amp-bf16'", "expected an ExecutionConfig", "precision=...")),
+    ({"cluster": 5}, ("cluster", "5", "expected a ClusterConfig", "gpus=...")),
+    ({"micro_bach": 2}, ("'micro_bach'", "did you mean micro_batch")),
+])
+def test_a_part_of_the_wrong_type_or_an_unknown_setting_is_a_dpsim_error(kwargs, words):
+    """Before: ``PredictConfig(parallelism={"tp": 2})`` raised a bare TypeError "parallelism must be a
+    ParallelismConfig, not dict" (``execution="x"``: "must be a ExecutionConfig"), and ``micro_bach=2`` "unexpected
+    setting 'micro_bach'", naming nothing to give instead: no DpsimError, so a caller catching dpsim's errors got a
+    traceback. Now a DpsimError (still a TypeError, as Python's own call errors) naming the field, value and what is
+    allowed."""
+    with pytest.raises(DpsimError) as err:
+        dpsim.PredictConfig(model="gpt2", gpus=8, **kwargs)
+    assert isinstance(err.value, TypeError)
+    for word in words:
+        assert word in str(err.value)
