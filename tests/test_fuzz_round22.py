@@ -33,7 +33,7 @@ def test_a_bare_zero_is_a_duration_in_any_unit(capsys):
 
 # --- 2. a PredictConfig part of the wrong type, an unknown setting ----------------------------------------------------
 @pytest.mark.parametrize("kwargs, words", [
-    ({"parallelism": {"tp": 2}}, ("parallelism", "{'tp': 2}", "expected a ParallelismConfig", "tp=...")),
+    ({"parallelism": {"tp": 2}}, ("parallelism", "{'tp': 2}", "expected a ParallelismConfig", "PredictConfig(tp=2)")),
     ({"execution": "amp-bf16"}, ("execution", "'amp-bf16'", "expected an ExecutionConfig", "precision=...")),
     ({"cluster": 5}, ("cluster", "5", "expected a ClusterConfig", "gpus=...")),
     ({"micro_bach": 2}, ("'micro_bach'", "did you mean micro_batch")),

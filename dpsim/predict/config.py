@@ -750,11 +750,13 @@ class PredictConfig:
             elif not isinstance(part, cls):
                 # Was a bare TypeError ("parallelism must be a ParallelismConfig, not dict"; "a ExecutionConfig"),
                 # no DpsimError: a caller catching dpsim's errors saw a traceback.
-                flat = [key for key, (where, _) in SETTING_PLACES.items() if where == name][:2]
+                flat = [f"{key}=..." for key, (where, _) in SETTING_PLACES.items() if where == name][:2]
+                if isinstance(part, dict) and part and all(isinstance(k, str) for k in part):
+                    flat = [f"{k}={short(v, 20)}" for k, v in list(part.items())[:3]]  # the dict's own, flat
                 article = "an" if cls.__name__[0] in "AEIOU" else "a"
                 raise ConfigTypeError(f"PredictConfig {name}: {short(part)} is not valid; expected {article} "
                                       f"{cls.__name__} (dpsim.predict.config), or its settings given flat "
-                                      f"(PredictConfig({', '.join(k + '=...' for k in flat)}))")
+                                      f"(PredictConfig({', '.join(flat)}))")
             elif changes:
                 part = replace(part, **changes)
             object.__setattr__(self, name, part)
