@@ -49,3 +49,61 @@ def test_a_part_of_the_wrong_type_or_an_unknown_setting_is_a_dpsim_error(kwargs,
     assert isinstance(err.value, TypeError)
     for word in words:
         assert word in str(err.value)
+
+
+# --- 3. a SweepSpec built directly ------------------------------------------------------------------------------------
+_AXES = {"gpus": (8,), "model": ("gpt2",), "link": ("infiniband",)}
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"axes": "gpus"}, ("SweepSpec axes", "'gpus'", "expected a mapping")),
+    ({"axes": {"gpu_count": (8,)}}, ("'gpu_count' is not a sweep axis", "micro_batch")),
+    ({"axes": {"topology": ("a.yaml",)}}, ("'topology'", "'topology_file'")),
+    ({"axes": {"gpus": "16"}}, ("sweep gpus", "'16'", "expected a tuple of values")),
+    ({"axes": _AXES, "tokens": 1e9, "gpu_hour_usd": -5}, ("sweep gpu_hour_usd", "-5", ">= 0")),
+    ({"axes": _AXES, "tokens": 1e9, "gpu_hour_usd": {"hopper": 2.0}}, ("'hopper' is not a GPU preset", "h100")),
+    ({"axes": _AXES, "tokens": -5}, ("sweep tokens", "-5", ">= 1")),
+])
+def test_a_sweep_spec_built_directly_is_checked(kwargs, words):
+    """Before: ``dpsim.SweepSpec`` (exported) checked only that no axis was empty. ``axes="gpus"`` ended in
+    AttributeError "'str' object has no attribute 'items'"; an unknown axis in PredictConfig's TypeError at the first
+    point; ``axes={"gpus": "16"}`` ran the points gpus=1 and gpus=6; ``gpu_hour_usd=-5`` (or an unknown GPU) left every
+    row's cost_usd null in silence, and ``tokens=-5`` was refused only once each point had run. Now from_grid's rules,
+    at construction."""
+    from dpsim.plan.sweep import sweep_records
+
+    with pytest.raises(DpsimError) as err:
+        sweep_records(dpsim.SweepSpec(**kwargs))
+    for word in words:
+        assert word in str(err.value)
+    # A spec of tuples, a budget and a price runs as before.
+    row, = sweep_records(dpsim.SweepSpec(axes=_AXES, tokens=1e9, gpu_hour_usd={"H100": 2.0}))
+    assert row["cost_usd"] is not None
+
+
+# --- 4. a testbed's NIC rate ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rate, words", [
+    ("200gbit", ("'200gbit'", "100kbit to 100gbit")),
+    ("0bit", ("'0bit'", "100kbit to 100gbit")),
+    ("9" * 400 + "bit", ("...", "100kbit to 100gbit")),
+    ("1GB/s", ("'1GB/s'", "bytes per second", "8gbit")),
+])
+def test_a_testbed_nic_rate_out_of_range_is_named_as_given(rate, words, capsys):
+    """Before: ``testbed up --nic 200gbit`` was refused "--nic: 200000000000.0 bits/s is not valid" (a number the
+    user never typed), a rate past a float's range "inf bits/s", and ``1GB/s`` (bytes) "is not a rate". Every
+    refusal comes before a namespace is made; none is made here."""
+    line = refused(["testbed", "up", "--nic", rate], capsys, "--nic", *words)
+    assert "bits/s is not valid" not in line and len(line) < 300
+
+
+def test_a_testbed_nic_rate_takes_any_letter_case_and_bit_per_s():
+    """Before: ``--nic 1GBIT``, ``1Gbit/s`` and ``1e9bit`` were refused "is not a rate; use e.g. 100mbit, 1gbit"
+    (``1gbit`` and ``1Gb/s`` were taken). ``TestbedSpec(hosts=True, ...)`` was taken as one host, and
+    ``nic_bits_per_s="1gbit"`` ended in a TypeError from math.isfinite."""
+    from dpsim.validate.testbed import TestbedSpec, parse_rate_bits_per_s
+
+    assert {parse_rate_bits_per_s(r) for r in ("1GBIT", "1Gbit/s", "1e9bit", "1gbit", "1Gb/s", "1000Mbps")} == {1e9}
+    with pytest.raises(DpsimError, match="--emulate-hosts: True"):
+        TestbedSpec(hosts=True, nic_bits_per_s=1e9)
+    with pytest.raises(DpsimError, match="--nic: '1gbit' bits/s is not valid"):
+        TestbedSpec(hosts=2, nic_bits_per_s="1gbit")
