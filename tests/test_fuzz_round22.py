@@ -107,3 +107,23 @@ def test_a_testbed_nic_rate_takes_any_letter_case_and_bit_per_s():
         TestbedSpec(hosts=True, nic_bits_per_s=1e9)
     with pytest.raises(DpsimError, match="--nic: '1gbit' bits/s is not valid"):
         TestbedSpec(hosts=2, nic_bits_per_s="1gbit")
+
+
+# --- 5. a mix file's times, MTBFs and bandwidths named as YAML writes them -----------------------------------------
+@pytest.mark.parametrize("text, words", [
+    ("  - {name: a, model: gpt2, gpus: 16}\nfailures: {repair: 1h}\ncheckpoint: {interval: no}",
+     ("checkpoint.interval: false is not valid",)),
+    ("  - {name: a, model: gpt2, gpus: 16, duration: yes}", ("jobs[0].duration: true is not valid",)),
+    ("  - {name: a, model: gpt2, gpus: 16}\nfailures: {repair: false}", ("failures.repair: false is not valid",)),
+    ("  - {name: a, model: gpt2, gpus: 16}\nfailures: {repair: 1h, mtbf_node: true}",
+     ("failures.mtbf_node: true is not valid",)),
+    ("  - {name: a, model: gpt2, gpus: 16}\nfailures: {repair: 1h}\nstorage: true", ("storage: true is not valid",)),
+])
+def test_mix_times_and_rates_are_named_as_yaml_writes_them(text, words, tmp_path, capsys):
+    """Before: ``duration: yes`` was refused "jobs[0].duration: True is not valid", ``interval: no`` "False is not
+    valid", likewise ``repair``, the MTBFs and ``storage``: Python's spellings, which the file does not contain
+    (round 17 fixed the integer and list fields; the time, MTBF and bandwidth parsers kept ``repr``)."""
+    path = tmp_path / "mix.yaml"
+    path.write_text("cluster: {link: infiniband, gpus: 64}\nhorizon: 1h\njobs:\n" + text + "\n")
+    line = refused(["mix", str(path)], capsys, *words)
+    assert "None" not in line and "True" not in line and "False" not in line
