@@ -1,5 +1,7 @@
 """Defects the twenty-second fuzz round found (fuzz22): a bare 0 refused as a duration without its unit though
---replace's help says "0 = at once", ...
+--replace's help says "0 = at once"; a PredictConfig part of the wrong type (or an unknown setting) as a bare
+TypeError; a SweepSpec built directly and never checked (a bad price left every cost null in silence); a testbed
+--nic refusal naming a number the user never typed; mix and sweep files' values named in Python's spelling.
 
 Each case says what it did before.
 """
@@ -127,3 +129,21 @@ def test_mix_times_and_rates_are_named_as_yaml_writes_them(text, words, tmp_path
     path.write_text("cluster: {link: infiniband, gpus: 64}\nhorizon: 1h\njobs:\n" + text + "\n")
     line = refused(["mix", str(path)], capsys, *words)
     assert "None" not in line and "True" not in line and "False" not in line
+
+
+# --- 6. a sweep file's values named as YAML writes them ---------------------------------------------------------------
+@pytest.mark.parametrize("grid, words", [
+    ("gpus: [true]", ("grid gpus: true is not valid", "expected an integer")),
+    ("gpus: null", ("grid gpus: null is not valid", "expected an integer")),
+    ("gpus: [8]\n  flash_attention: [null]", ("grid flash_attention: null is not valid", "true/false")),
+])
+def test_sweep_file_values_are_named_as_yaml_writes_them(grid, words, tmp_path, capsys):
+    """Before: a sweep file's ``gpus: [true]`` was refused "grid gpus: True is not valid; expected an integer" and
+    ``gpus: null`` "None is not valid": Python's spellings, beside the message's own YAML words ("or null",
+    "true/false"), as the mix file's were (above; round 17). The API's dicts keep Python's spellings."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(f"grid:\n  model: [gpt2]\n  link: [infiniband]\n  {grid}\n")
+    line = refused(["sweep", "-c", str(path)], capsys, *words)
+    assert "None" not in line and "True" not in line
+    with pytest.raises(DpsimError, match="sweep gpus: True is not valid"):
+        dpsim.sweep(gpus=[True], model="gpt2", link="infiniband")

@@ -39,7 +39,7 @@ from typing import Any
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, short
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, yaml_written
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 from dpsim.wording import canonical_choice
@@ -269,9 +269,7 @@ def _written(value: Any) -> str:
     """A mix file's value as YAML writes it: ``gpus: true`` was refused as ``True`` and ``jobs:`` (empty) as
     ``None``, Python's spellings, which the file does not contain (every time, MTBF and bandwidth field too:
     ``horizon: yes`` was "True is not valid", ``interval: no`` "False")."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "null" if value is None else short(value)
+    return yaml_written(value)
 
 
 def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
