@@ -15,6 +15,12 @@ class ConfigError(DpsimError):
     """A flag, preset name or option value is not valid."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A Python API argument of the wrong kind (``PredictConfig(parallelism={"tp": 2})``, an unknown setting): a
+    :class:`ConfigError` whose one line names the field, the value and what is allowed, and a ``TypeError`` as
+    Python's own call errors are."""
+
+
 class TopologyError(DpsimError):
     """A topology description (preset or user YAML) is not valid."""
 

@@ -340,6 +340,14 @@ def short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def yaml_written(value: Any, limit: int = 60) -> str:
+    """A value as a YAML file writes it (``true``, ``null``), else :func:`short`: an error about a file's value
+    names what the file holds, not Python's ``True``/``None``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else short(value, limit)
+
+
 def plain_number(value: Any, kind: type) -> Any:
     """``value`` as Python's own number when it is another library's scalar of ``kind`` (numpy's int64, float32,
     bool_: ``PredictConfig(gpus=np.int64(16))`` from ``np.arange`` or a DataFrame was refused "np.int64(16) is not

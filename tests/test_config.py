@@ -334,7 +334,7 @@ def test_a_part_checks_its_own_settings_and_the_whole_checks_between_parts():
         PredictConfig(gpus=30, parallelism=ParallelismConfig(tp=4))
     with pytest.raises(TypeError, match="unexpected setting 'tensor_parallel'"):
         PredictConfig(tensor_parallel=2)
-    with pytest.raises(TypeError, match="must be a ParallelismConfig"):
+    with pytest.raises(TypeError, match="expected a ParallelismConfig"):
         PredictConfig(parallelism={"tp": 2})
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, short
+from dpsim.limits import MAX_GPUS, MAX_MIX_STEPS, MAX_MTBF_S, MAX_RECOVERY_S, MAX_SPAN_S, yaml_written
 from dpsim.plan.reliability import DEFAULT_RESTART_S, FailureRates, parse_long_duration_s
 from dpsim.units import parse_bandwidth_bytes_per_s
 from dpsim.wording import canonical_choice
@@ -267,10 +267,9 @@ def _fail(field: str, value: Any, allowed: str) -> ConfigError:
 
 def _written(value: Any) -> str:
     """A mix file's value as YAML writes it: ``gpus: true`` was refused as ``True`` and ``jobs:`` (empty) as
-    ``None``, Python's spellings, which the file does not contain."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "null" if value is None else short(value)
+    ``None``, Python's spellings, which the file does not contain (every time, MTBF and bandwidth field too:
+    ``horizon: yes`` was "True is not valid", ``interval: no`` "False")."""
+    return yaml_written(value)
 
 
 def _int(field: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
@@ -290,7 +289,7 @@ def _seconds(field: str, value: Any, maximum: float = MAX_SPAN_S, what: str = "a
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
-        raise ConfigError(f"{field}: {value!r} is not valid; expected {TIME_FORMS}") from exc
+        raise ConfigError(f"{field}: {_written(value)} is not valid; expected {TIME_FORMS}") from exc
     if not math.isfinite(s):
         raise _fail(field, value, "expected a finite time, e.g. 90s, 10min, 4h, 1d")
     if s > maximum:  # past it the tables print 30-digit seconds, and a start past 2^53 s makes a step infinite
@@ -331,7 +330,7 @@ def _job(i: int, data: Any, default_policy: str, names: set[str], default_checkp
     steps = _int(f"{where}.steps", data["steps"], maximum=MAX_MIX_STEPS) if data.get("steps") is not None else None
     duration = _seconds(f"{where}.duration", data["duration"]) if data.get("duration") is not None else None
     if steps is not None and duration is not None:
-        raise ConfigError(f"{where}: give steps or duration, not both (steps={steps}, duration={data['duration']!r})")
+        raise ConfigError(f"{where}: give steps or duration, not both (steps={steps}, duration={_written(data['duration'])})")
     if duration is not None and duration <= 0:
         raise _fail(f"{where}.duration", data["duration"], "expected a time > 0")
     policy = canonical_choice(data.get("placement", default_policy), POLICIES)
@@ -358,7 +357,7 @@ def _bandwidth(field: str, value: Any) -> float:
     try:
         bw = parse_bandwidth_bytes_per_s(value, field)
     except DpsimError as exc:
-        raise ConfigError(f"{field}: {value!r} is not valid; expected a bandwidth, e.g. 10GB/s") from exc
+        raise ConfigError(f"{field}: {_written(value)} is not valid; expected a bandwidth, e.g. 10GB/s") from exc
     if not (bw > 0 and math.isfinite(bw)):
         raise _fail(field, value, "expected a bandwidth > 0, e.g. 10GB/s")
     return bw
@@ -386,7 +385,7 @@ def _mtbf(field: str, value: Any) -> float:
     try:
         s = parse_long_duration_s(value, field)
     except DpsimError as exc:
-        raise ConfigError(f"{field}: {value!r} is not valid; expected an MTBF with its unit, e.g. 3692h, "
+        raise ConfigError(f"{field}: {_written(value)} is not valid; expected an MTBF with its unit, e.g. 3692h, "
                           "or none") from exc
     if not s > 0:
         raise _fail(field, value, "expected an MTBF > 0, e.g. 3692h, or none")
@@ -437,7 +436,7 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
         if own_repair is not None and own_repair <= 0:
             raise _fail(f"{where}.repair", e["repair"], "expected a time > 0, e.g. 30min")
         if "nic" in e and what[0] != "link":
-            raise ConfigError(f"{where}.nic: {e['nic']!r} applies only to link: events (a server's NIC); leave it "
+            raise ConfigError(f"{where}.nic: {_written(e['nic'])} applies only to link: events (a server's NIC); leave it "
                               f"out of this {what[0]}: event")
         if what[0] == "uplink":
             switch = e["uplink"]
@@ -447,7 +446,7 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
                                          repair_s=own_repair))
             continue
         if "cables" in e:
-            raise ConfigError(f"{where}.cables: {e['cables']!r} applies only to uplink: events (cables between "
+            raise ConfigError(f"{where}.cables: {_written(e['cables'])} applies only to uplink: events (cables between "
                               f"switches); leave it out of a {what[0]} failure")
         event = FailureEvent(at_s=at, server=_int(f"{where}.{what[0]}", e[what[0]], 0), component=what[0],
                              repair_s=own_repair, nic=_int(f"{where}.nic", e["nic"], 0) if "nic" in e else None)
@@ -504,7 +503,7 @@ def mix_from_dict(data: Any) -> MixSpec:
     storage = _bandwidth("storage", data["storage"]) if data.get("storage") is not None else None
     failures = _failures(data["failures"], horizon) if data.get("failures") is not None else None
     if storage is not None and failures is None:
-        raise ConfigError(f"storage: {data['storage']!r} applies only to a mix with failures (checkpoints are "
+        raise ConfigError(f"storage: {_written(data['storage'])} applies only to a mix with failures (checkpoints are "
                           f"written only then); add failures: or leave storage out")
     names: set[str] = set()
     jobs = tuple(_job(i, j, policy, names, checkpoint) for i, j in enumerate(raw_jobs))

@@ -15,6 +15,7 @@ from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
 from dpsim.network.degrade import LinkDegradation, parse_degradation
+from dpsim.limits import short, yaml_written
 from dpsim.plan.cost import PriceOverride, check_price_override, parse_count
 from dpsim.predict.config import (SETTINGS, PredictConfig, canonical_name, check_value, field_kind, plain_number,
                                   stage_layers_text)
@@ -63,8 +64,9 @@ def _where(origin: str, axis: str) -> str:
     return origin if origin.startswith("-") else f"{origin} {axis}"
 
 
-def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
-    """``raw`` (a YAML value or command-line text) as the type of field ``axis``.
+def convert_value(axis: str, raw: Any, origin: str = "sweep", *, from_file: bool = False) -> Any:
+    """``raw`` (a YAML value or command-line text) as the type of field ``axis``; ``from_file``: a refusal names
+    the value as the file writes it (``true``, ``null``), else as Python does (``True``, ``None``).
 
     Only the spelling is read here (``on`` is true, ``default`` is null, ``"8"`` is 8);
     whether the value is allowed is :func:`dpsim.predict.config.check_value`'s to say.
@@ -81,11 +83,14 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep") -> Any:
             raise ConfigError(f"{where}: {re.sub(r'^[^:]*: ', '', str(exc), count=1)}") from None
     expected = _describe(kind, optional, choices)
     text = raw.strip() if isinstance(raw, str) else None
+    # A sweep file's gpus: [true] was "True is not valid; expected an integer" and gpus: null "None": Python's
+    # spellings, which the file does not hold (the API's dicts keep them).
+    given = yaml_written(raw, 200) if from_file else repr(raw)
     if raw is None or (text is not None and text.lower() in _NONE_WORDS):
         if optional:
             return None
-        raise ConfigError(f"{where}: {raw!r} is not valid; expected {expected}")
-    bad = ConfigError(f"{where}: {raw!r} is not valid; expected {expected}")
+        raise ConfigError(f"{where}: {given} is not valid; expected {expected}")
+    bad = ConfigError(f"{where}: {given} is not valid; expected {expected}")
     if kind is bool:
         if isinstance(raw, bool):
             return raw
@@ -218,9 +223,29 @@ class SweepSpec:
             raise ConfigError("sweep: give a token budget (tokens) or a sample budget (samples), not both")
         # predict's own checks of --degrade (LinkDegradation items, how many, what one link keeps): one validator.
         VariabilitySpec(degradations=self.degradations)
+        # A spec built directly (dpsim.SweepSpec is exported) was checked for empty axes alone: axes="x" ended in
+        # AttributeError "'str' object has no attribute 'items'", an unknown axis in PredictConfig's TypeError at the
+        # first point, axes={"gpus": "16"} ran the points "1" and "6", and gpu_hour_usd=-5 (or "x", or {"foo": 1})
+        # left every cost null in silence. Now the same rules as from_grid's.
+        if not isinstance(self.axes, Mapping):
+            raise ConfigError(f"SweepSpec axes: {short(self.axes)} is not valid; expected a mapping of PredictConfig "
+                              f"setting to a tuple of its values (or build it with SweepSpec.from_grid)")
+        axes: dict[str, tuple] = {}
         for axis, values in self.axes.items():
+            if axis not in SETTINGS:
+                known = axis_name(axis, "SweepSpec axes")  # an unknown name is refused there, with the choices
+                raise ConfigError(f"SweepSpec axes: {axis!r} is not valid; give the setting's name, {known!r}")
+            if not isinstance(values, (list, tuple, range)):
+                raise ConfigError(f"sweep {axis}: {short(values)} is not valid; expected a tuple of values (a single "
+                                  f"value as a tuple of one, or build the spec with SweepSpec.from_grid)")
             if not values:
                 raise ConfigError(f"sweep {axis}: the axis has no values; give at least one")
+            axes[axis] = tuple(values)
+        object.__setattr__(self, "axes", axes)
+        for name in ("tokens", "samples"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, parse_count(getattr(self, name), f"sweep {name}"))
+        object.__setattr__(self, "gpu_hour_usd", check_price_override(self.gpu_hour_usd, "sweep gpu_hour_usd"))
 
     @classmethod
     def from_grid(cls, grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
@@ -246,7 +271,7 @@ class SweepSpec:
                 raise ConfigError(f"{_where(origin, axis)}: [] has no values; give at least one")
             converted = []
             for v in values:
-                value = canonical_name(axis, convert_value(axis, v, origin))
+                value = canonical_name(axis, convert_value(axis, v, origin, from_file=base_dir is not None))
                 if axis == "topology_file" and value is not None and base_dir is not None:
                     value = str((base_dir / value)) if not Path(value).is_absolute() else value
                 if base_dir is not None and axis == "model":

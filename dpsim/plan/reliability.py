@@ -100,7 +100,7 @@ def _check(flag: str, value: float, *, minimum: float = 0.0, strict: bool = Fals
 def parse_long_duration_s(raw: str | float, flag: str) -> float:
     """Parse ``90s``, ``10min``, ``4h``, ``30d`` into seconds (>= 0); a Python number is seconds.
 
-    Text must carry its unit: ``--mtbf-gpu 80000`` (meant as hours, read as seconds, it makes a
+    Text must carry its unit (but ``0``, zero in any unit): ``--mtbf-gpu 80000`` (meant as hours, read as seconds, it makes a
     16,384-GPU job fail every few seconds) is refused with the units to choose from.
     ``none``, ``never`` and ``inf`` give ``inf`` (for an MTBF: never fails).
     """
@@ -113,11 +113,13 @@ def parse_long_duration_s(raw: str | float, flag: str) -> float:
         m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|sec|min|m|h|d)?", text)
         if not m:
             raise ConfigError(f"{flag}: {raw!r} is not a duration; use e.g. 90s, 10min, 4h, 30d")
-        if m.group(2) is None:
+        if m.group(2) is None and float(m.group(1)) != 0:
             raise ConfigError(f"{flag}: {raw!r} has no unit; give one: s, min, h or d (e.g. {m.group(1)}h for "
                               f"hours, {m.group(1)}s for seconds)")
+        # A bare 0 is zero in every unit: `--replace 0` (its help's "0 = at once") was refused "'0' has no unit;
+        # give one ... (e.g. 0h for hours, 0s for seconds)". Any other bare number still needs its unit.
         value = float(m.group(1)) * {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0,
-                                     "h": HOUR_S, "d": DAY_S}[m.group(2)]
+                                     "h": HOUR_S, "d": DAY_S, None: 1.0}[m.group(2)]
         if math.isinf(value):
             # 1e400h overflowed to inf, which an MTBF reads as "never fails": a number given is never none.
             raise ConfigError(f"{flag}: {raw!r} is not valid; the number is too large for a float (over 1.8e308 s)")

@@ -18,6 +18,7 @@ so they are written for the person typing the command and contain no square brac
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import typing
@@ -27,7 +28,7 @@ from functools import cache
 from typing import Any, Literal
 
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
-from dpsim.errors import ConfigError
+from dpsim.errors import ConfigError, ConfigTypeError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GPU_PRESETS, power_cap_throughput
 from dpsim.limits import (
@@ -734,14 +735,28 @@ class PredictConfig:
         for key, value in settings.items():
             place = SETTING_PLACES.get(key)
             if place is None:
-                raise TypeError(f"PredictConfig got an unexpected setting {key!r}")
+                # A TypeError, as Python's own for an unknown keyword, but a DpsimError too (one line, the
+                # settings to choose from): it was a bare TypeError that named nothing to give instead.
+                near = difflib.get_close_matches(str(key), SETTINGS, n=3)
+                raise ConfigTypeError(f"PredictConfig got an unexpected setting {key!r}; "
+                                      + (f"did you mean {', '.join(near)}? " if near else "")
+                                      + "the settings are dpsim.predict.config.SETTINGS (every dpsim predict flag, "
+                                        "with underscores)")
             by_part.setdefault(place[0], {})[place[1]] = value
         for name, cls in PARTS.items():
             part, changes = given[name], by_part.get(name)
             if part is None:
                 part = cls(**(changes or {}))
             elif not isinstance(part, cls):
-                raise TypeError(f"PredictConfig: {name} must be a {cls.__name__}, not {type(part).__name__}")
+                # Was a bare TypeError ("parallelism must be a ParallelismConfig, not dict"; "a ExecutionConfig"),
+                # no DpsimError: a caller catching dpsim's errors saw a traceback.
+                flat = [f"{key}=..." for key, (where, _) in SETTING_PLACES.items() if where == name][:2]
+                if isinstance(part, dict) and part and all(isinstance(k, str) for k in part):
+                    flat = [f"{k}={short(v, 20)}" for k, v in list(part.items())[:3]]  # the dict's own, flat
+                article = "an" if cls.__name__[0] in "AEIOU" else "a"
+                raise ConfigTypeError(f"PredictConfig {name}: {short(part)} is not valid; expected {article} "
+                                      f"{cls.__name__} (dpsim.predict.config), or its settings given flat "
+                                      f"(PredictConfig({', '.join(flat)}))")
             elif changes:
                 part = replace(part, **changes)
             object.__setattr__(self, name, part)

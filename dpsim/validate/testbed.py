@@ -55,6 +55,7 @@ from typing import Sequence
 from dpsim.errors import ConfigError, DpsimError, Interrupted
 from dpsim.files import write_text_atomic
 from dpsim.frozen import frozen_dataclass
+from dpsim.limits import short
 from dpsim.processes import alive
 
 STATE_DIR = Path(os.environ.get("DPSIM_TESTBED_STATE", "/run/dpsim-testbed"))
@@ -97,13 +98,17 @@ class TestbedSpec:
     """Rack down-link to uplink ratio (1 = non-blocking)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.hosts, int) or self.hosts < 1 or self.hosts > 64:
+        # A bool is no count, and a number of another type made math.isfinite raise TypeError (nic_bits_per_s="1gbit").
+        if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or self.hosts < 1 or self.hosts > 64:
             raise ConfigError(f"--emulate-hosts: {self.hosts!r} is not valid; expected an integer in 1..64")
-        if not (math.isfinite(self.nic_bits_per_s) and 1e5 <= self.nic_bits_per_s <= 1e11):
-            raise ConfigError(f"--nic: {self.nic_bits_per_s!r} bits/s is not valid; expected 100kbit..100gbit")
-        if not isinstance(self.racks, int) or not 1 <= self.racks <= self.hosts:
+        if (isinstance(self.nic_bits_per_s, bool) or not isinstance(self.nic_bits_per_s, (int, float))
+                or not MIN_NIC_BITS_PER_S <= self.nic_bits_per_s <= MAX_NIC_BITS_PER_S):
+            raise ConfigError(f"--nic: {self.nic_bits_per_s!r} bits/s is not valid; expected a number from 1e5 "
+                              f"(100kbit) to 1e11 (100gbit)")
+        if isinstance(self.racks, bool) or not isinstance(self.racks, int) or not 1 <= self.racks <= self.hosts:
             raise ConfigError(f"--racks: {self.racks!r} is not valid; expected an integer in 1..hosts ({self.hosts})")
-        if not (math.isfinite(self.rack_oversubscription) and self.rack_oversubscription >= 1):
+        if (isinstance(self.rack_oversubscription, bool) or not isinstance(self.rack_oversubscription, (int, float))
+                or not (math.isfinite(self.rack_oversubscription) and self.rack_oversubscription >= 1)):
             raise ConfigError(f"--oversubscription: {self.rack_oversubscription!r} is not valid; expected a number >= 1")
 
     def rack_of(self, host: int) -> int:
@@ -116,15 +121,31 @@ class TestbedSpec:
         return members * self.nic_bits_per_s / self.rack_oversubscription
 
 
+MIN_NIC_BITS_PER_S = 1e5
+"""Slowest NIC rate a testbed shapes (100 kbit/s). ASSUMED: a floor below which one step's gradients of the
+smallest model take minutes; the kernel's tbf takes lower rates."""
+MAX_NIC_BITS_PER_S = 1e11
+"""Fastest NIC rate a testbed shapes (100 Gbit/s). ASSUMED: veth pairs in one host move a few tens of Gbit/s, so
+a faster shaper is no shaper at all."""
+
+
 def parse_rate_bits_per_s(raw: str, field_name: str = "--nic") -> float:
-    """Parse ``100mbit``, ``1gbit``, ``3Gbit``, ``500Mbps`` into bits/s (decimal prefixes)."""
+    """Parse ``100mbit``, ``1gbit``, ``3Gbit``, ``1Gbit/s``, ``500Mbps`` into bits/s (decimal prefixes; the letters in
+    any case, but ``B/s``/``Bps`` is bytes and refused), within what a testbed shapes."""
     import re
 
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)(bit|bps|b/s)\s*", str(raw))
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*([kmg]?)(bit/s|bit|bps|b/s)\s*", str(raw), re.I)
     if not m:
-        raise ConfigError(f"{field_name}: {raw!r} is not a rate; use e.g. 100mbit, 1gbit, 3gbit")
-    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
-    return float(m.group(1)) * scale
+        raise ConfigError(f"{field_name}: {short(raw)} is not a rate; use e.g. 100mbit, 1gbit, 3gbit")
+    if m.group(3) in ("B/s", "Bps"):
+        # "1GB/s" was refused as no rate at all; now named for what it is (bytes), which the NIC's rate is not.
+        raise ConfigError(f"{field_name}: {raw!r} is bytes per second; give the NIC rate in bits, e.g. 8gbit for 1GB/s")
+    value = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+    # Checked here, naming the text given: TestbedSpec's check said "200000000000.0 bits/s is not valid" (and
+    # "inf bits/s" for a number past a float), and "1GBIT" or "1Gbit/s" were no rate at all.
+    if not MIN_NIC_BITS_PER_S <= value <= MAX_NIC_BITS_PER_S:
+        raise ConfigError(f"{field_name}: {short(raw)} is not valid; expected a rate from 100kbit to 100gbit")
+    return value
 
 
 def _run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
