@@ -14,11 +14,30 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GPUS
+
+
+def run_as_rank(main: Callable[[], int | None]) -> None:
+    """Run ``main`` as a rank's whole process (calibrate's and validate's workers): a Python error exits
+    with status 1 after its traceback, never through interpreter shutdown, where the gloo process
+    group's threads can be destroyed while running and C++'s std::terminate aborts the rank (status -6,
+    "terminate called without an active exception": a validate rank in CI on 2026-12-07, on an unknown
+    --model). A supervisor reads a signal as the machine's failure (measured again), a status 1 as the
+    error it is (its traceback's tail reported). A clean return exits with ``main``'s status."""
+    try:
+        code = main()
+    except Exception:
+        sys.excepthook(*sys.exc_info())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.exit(code)
 
 
 def die_with_parent() -> None:

@@ -24,7 +24,7 @@ def test_a_python_error_exits_1_through_os_exit_after_its_traceback(monkeypatch,
     def exit_(code):
         raise _Exit(code)
     monkeypatch.setattr(worker, "worker_main", boom)
-    monkeypatch.setattr(worker.os, "_exit", exit_)
+    monkeypatch.setattr(os, "_exit", exit_)
     with pytest.raises(_Exit) as exc:
         worker.run_as_process(["plan.json", "result.json"])
     assert exc.value.args == (1,)
@@ -34,7 +34,7 @@ def test_a_python_error_exits_1_through_os_exit_after_its_traceback(monkeypatch,
 
 def test_a_clean_rank_exits_with_worker_mains_status(monkeypatch):
     monkeypatch.setattr(worker, "worker_main", lambda argv: 0)
-    monkeypatch.setattr(worker.os, "_exit", lambda code: pytest.fail("os._exit on a clean exit"))
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail("os._exit on a clean exit"))
     with pytest.raises(SystemExit) as exc:
         worker.run_as_process([])
     assert exc.value.code == 0

@@ -41,8 +41,9 @@ import datetime
 import json
 import os
 import statistics
-import sys
 import time
+
+from dpsim.processes import run_as_rank
 
 
 def _median(xs):
@@ -256,19 +257,10 @@ def _finish(args, result: dict, rank: int) -> int:
 
 
 def run_as_process() -> None:
-    """:func:`main` as a rank's process: a Python error exits with status 1 after its traceback, never
-    through interpreter shutdown, where the gloo process group's threads were destroyed while running and
-    C++'s std::terminate aborted the rank (status -6, "terminate called without an active exception"; a CI
-    run of 2026-12-07 on an unknown --model): the runner reads a signal as the machine's failure
-    (:class:`~dpsim.validate.runner.RankCrashed`, measured again), not the model's."""
-    try:
-        code = main()
-    except Exception:
-        sys.excepthook(*sys.exc_info())
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-    sys.exit(code)
+    """:func:`main` as a rank's process (:func:`dpsim.processes.run_as_rank`): the runner reads a signal
+    as the machine's failure (:class:`~dpsim.validate.runner.RankCrashed`, measured again), so a Python
+    error must exit with status 1, not abort in gloo's threads at shutdown."""
+    run_as_rank(lambda: main())
 
 
 if __name__ == "__main__":
