@@ -90,12 +90,10 @@ def _int_item(text: str, flag: str) -> int:
         value = int(text.strip()) if len(text.strip()) <= 20 else None
     except ValueError:
         value = None
-    if value is None:
-        raise ConfigError(f"{flag}: {short(text.strip())} is not a GPU count; expected integers >= 1, "
-                          f"comma-separated")
-    if not 1 <= value <= MAX_GPUS:
-        raise ConfigError(f"{flag}: {value} is not a GPU count; expected integers >= 1 and <= {MAX_GPUS:,}, "
-                          f"comma-separated")
+    # One message with the range for text and for a number out of it ('x' left out the upper bound that 0 gave).
+    if value is None or not 1 <= value <= MAX_GPUS:
+        raise ConfigError(f"{flag}: {short(text.strip()) if value is None else value} is not a GPU count; expected "
+                          f"integers >= 1 and <= {MAX_GPUS:,}, comma-separated")
     return value
 
 
