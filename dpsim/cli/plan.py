@@ -152,7 +152,8 @@ def sweep_command(
 ) -> None:
     """Predict every combination of a grid (flags and/or a YAML file): table, CSV/Parquet/JSON.
 
-    At most 100,000 points (the product of the axes' lengths).
+    At most 100,000 points (the product of the axes' lengths) and 1e7 pipeline slots of simulation in all
+    (micro-batches x steps x layers per point, counted before any point runs; ~30 min serially).
     """
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.grid import SweepSpec, axis_name
