@@ -114,3 +114,13 @@ def test_collective_table_prints_each_size_once(capsys):
     assert [r["size_bytes"] for r in data["rows"]] == [32, 32, 32, 64, 128, 256]
     doc = dpsim.predict_collective.__doc__
     assert "rounded *up*" in doc
+
+
+# --- fuzzing after the six: a mix job's start named as the file writes it ------------------------------------------
+def test_a_job_starting_after_the_horizon_is_named_as_written():
+    """Before: ``start: 2h`` with ``horizon: 1h`` was refused "jobs[0].start: 7200.0 is not valid", a number the file
+    does not hold, where ``failures.events[k].at`` names its '5h'."""
+    with pytest.raises(ConfigError) as exc:
+        mix_from_dict({"cluster": {"link": "infiniband", "gpus": 64}, "horizon": "1h",
+                       "jobs": [{"name": "a", "model": "gpt2", "gpus": 16, "duration": "1h", "start": "2h"}]})
+    assert str(exc.value).startswith("jobs[0].start: '2h' is not valid; it must start before the horizon")

@@ -528,7 +528,8 @@ def mix_from_dict(data: Any) -> MixSpec:
         if horizon is None and job.steps is None and job.duration_s is None:
             raise ConfigError(f"jobs[{i}] ({job.name}): give steps or duration, or a mix horizon it runs to")
         if horizon is not None and job.start_s >= horizon:
-            raise _fail(f"jobs[{i}].start", job.start_s, f"it must start before the horizon ({horizon:g} s)")
+            # Named as the file writes it (start: 2h), as failures.events[k].at is: it was the parsed 7200.0.
+            raise _fail(f"jobs[{i}].start", raw_jobs[i]["start"], f"it must start before the horizon ({horizon:g} s)")
     return MixSpec(link=None if topology else link, topology_file=topology, cluster_gpus=cluster_gpus,
                    jobs=jobs, horizon_s=horizon, spares=spares, failures=failures, storage_bytes_per_s=storage)
 
