@@ -160,7 +160,8 @@ SWEEP_POINT_WORK = 60.0
 """What a grid point costs besides its simulation, in pipeline slots: building its cluster, collectives, memory and
 step program. Measured: the default point (gpt2-xl, 8 GPUs, ddp, 3 steps of 1 micro-batch: 12 slots of
 simulation) took 14 ms once warm, 2026-12-07 on the loaded 2-core machine, at ~160 µs a slot (the same run's
-gpt2-xl with --grad-accum 1000: 1.95 s for 12,096 slots), so ~75 slots in all; rounded down to 60."""
+gpt2-xl with --grad-accum 1000: 1.95 s for 12,096 slots): ~88 slots, ~75 of them besides its simulation;
+rounded down to 60 (ASSUMED: one loaded machine's timing, so as not to refuse grids of the cheapest points)."""
 MAX_WORKERS = 256
 """``dpsim sweep --workers`` (local processes)."""
 MAX_SCALING_POINTS = 64
