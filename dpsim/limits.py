@@ -148,6 +148,20 @@ MAX_SIZE_ROWS = 1000
 """Rows of a size sweep (``-b``..``-e`` by ``-f``); nccl-tests' 8 B..16 GiB by 2 is 32."""
 MAX_SWEEP_POINTS = 100_000
 """Points of a ``dpsim sweep`` grid (the product of its axes; ~10 ms each serially)."""
+MAX_SWEEP_WORK = 1e7
+"""Simulation work of a whole ``dpsim sweep`` grid, in pipeline slots (:data:`VERIFY_WORK`'s unit), counted before
+any point runs by :func:`~dpsim.plan.sweep.sweep_work`: each point's own simulation (as ``plan`` counts a layout's,
+:func:`~dpsim.plan.planner.simulation_work`) plus :data:`SWEEP_POINT_WORK`. The point limit alone let 100,000 points
+of 3,000 micro-batches each through (~2 s a point here: two days of simulation). A slot took 70-320 µs (see
+:data:`VERIFY_WORK`), so 1e7 slots are ~12-53 min serially, about what :data:`MAX_SWEEP_POINTS` of the cheapest
+points take (100,000 x ~10 ms ~17 min); ``--workers`` divide the wall time, not the work. Counted, not timed, so
+the same grid is refused on every machine."""
+SWEEP_POINT_WORK = 60.0
+"""What a grid point costs besides its simulation, in pipeline slots: building its cluster, collectives, memory and
+step program. Measured: the default point (gpt2-xl, 8 GPUs, ddp, 3 steps of 1 micro-batch: 12 slots of
+simulation) took 14 ms once warm, 2026-12-07 on the loaded 2-core machine, at ~160 µs a slot (the same run's
+gpt2-xl with --grad-accum 1000: 1.95 s for 12,096 slots): ~88 slots, ~75 of them besides its simulation;
+rounded down to 60 (ASSUMED: one loaded machine's timing, so as not to refuse grids of the cheapest points)."""
 MAX_WORKERS = 256
 """``dpsim sweep --workers`` (local processes)."""
 MAX_SCALING_POINTS = 64

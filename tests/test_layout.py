@@ -329,7 +329,8 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     (dict(global_batch=None), "^--global-batch: the layouts are searched for one global batch"),
     # The search axes through dpsim.plan (the CLI parses them first): each was a ZeroDivisionError,
     # an AssertionError or a TypeError; gpu_hour_usd=-1 was taken as "no price" and the cost left out.
-    (dict(global_batch=64, gpus=8), "^--gpus: 8 is not valid; expected a list"),
+    # A single number or name is a one-value axis, as dpsim.sweep takes it (test_fuzz_round23); a float is not.
+    (dict(global_batch=64, gpus=8.0), "^--gpus: 8.0 is not valid; expected an integer or a list"),
     (dict(global_batch=64, gpus=[]), "^--gpus: "),
     (dict(global_batch=64, tps=[0]), "^--tp: 0 is not valid"),
     (dict(global_batch=64, pps=[0]), "^--pp: 0 is not valid"),
@@ -337,7 +338,7 @@ def test_plan_searches_ep_for_an_moe_and_cp_for_a_long_sequence_only():
     (dict(global_batch=64, tps=["2"]), "^--tp: '2' is not valid"),
     (dict(global_batch=64, micro_batches=[-1]), "^--micro-batches: -1 is not valid"),
     (dict(global_batch=64, strategies=["zero2"]), "^--strategies: "),
-    (dict(global_batch=64, strategies="ddp"), "^--strategies: 'ddp' is not valid; choose a list"),
+    (dict(global_batch=64, strategies="zero2"), "^--strategies: "),
     (dict(global_batch=64, recomputes=["bogus"]), "^--recompute: "),
     (dict(global_batch=64, schedules=["bogus"]), "^--schedules: "),
     (dict(global_batch=64, top=0), r"^--top: 0 is not valid"),

@@ -90,12 +90,10 @@ def _int_item(text: str, flag: str) -> int:
         value = int(text.strip()) if len(text.strip()) <= 20 else None
     except ValueError:
         value = None
-    if value is None:
-        raise ConfigError(f"{flag}: {short(text.strip())} is not a GPU count; expected integers >= 1, "
-                          f"comma-separated")
-    if not 1 <= value <= MAX_GPUS:
-        raise ConfigError(f"{flag}: {value} is not a GPU count; expected integers >= 1 and <= {MAX_GPUS:,}, "
-                          f"comma-separated")
+    # One message with the range for text and for a number out of it ('x' left out the upper bound that 0 gave).
+    if value is None or not 1 <= value <= MAX_GPUS:
+        raise ConfigError(f"{flag}: {short(text.strip()) if value is None else value} is not a GPU count; expected "
+                          f"integers >= 1 and <= {MAX_GPUS:,}, comma-separated")
     return value
 
 
@@ -154,7 +152,8 @@ def sweep_command(
 ) -> None:
     """Predict every combination of a grid (flags and/or a YAML file): table, CSV/Parquet/JSON.
 
-    At most 100,000 points (the product of the axes' lengths).
+    At most 100,000 points (the product of the axes' lengths) and 1e7 pipeline slots of simulation in all
+    (micro-batches x steps x layers per point, counted before any point runs; ~30 min serially).
     """
     from dpsim.plan.cost import parse_count, parse_price_overrides
     from dpsim.plan.grid import SweepSpec, axis_name

@@ -13,7 +13,7 @@ spares: 2                                  # servers held back to replace failed
 checkpoint: {interval: 1h, write: 60s, restart: 10min}   # or bandwidth: 10GB/s; a job may override it
 storage: 40GB/s                            # the storage the checkpoints share (default: no shared limit)
 failures:                                  # explicit events and/or a random process
-  repair: 4h                               # a failed server (or its NIC link) is back after this
+  repair: 4h                               # a failed server (or its NIC link) is back after this (> 0)
   mtbf_node: 3692h                         # per server; also mtbf_gpu (per GPU), mtbf_link (per NIC link)
   seed: 1
   events: [{at: 2h, node: 5}, {at: 3h, link: 7, nic: 0}]   # link: server 7's NIC 0 (NIC, cable, leaf port)
@@ -401,6 +401,13 @@ def _failures(data: Any, horizon_s: float | None) -> FailureSpec:
         raise ConfigError("failures.repair: missing; give the time a failed server or link takes to come back, "
                           "e.g. 4h")
     repair = _seconds("failures.repair", data["repair"])
+    # One rule for the three repair times (this, uplink_repair, an event's repair): a time > 0. At 0 a failed
+    # switch cable is back the instant it fails, so its failure changes nothing (a fault that silently does
+    # nothing); a server back at once is what spares: model (a server held back replaces it). repair: 0 alone
+    # was taken while uplink_repair: 0 and an event's repair: 0 were refused.
+    if repair <= 0:
+        raise _fail("failures.repair", data["repair"], "expected a time > 0, e.g. 4h (spares: replace a failed "
+                    "server at once)")
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise _fail("failures.seed", seed, "expected an integer from 0 to 2**63-1")
@@ -521,7 +528,8 @@ def mix_from_dict(data: Any) -> MixSpec:
         if horizon is None and job.steps is None and job.duration_s is None:
             raise ConfigError(f"jobs[{i}] ({job.name}): give steps or duration, or a mix horizon it runs to")
         if horizon is not None and job.start_s >= horizon:
-            raise _fail(f"jobs[{i}].start", job.start_s, f"it must start before the horizon ({horizon:g} s)")
+            # Named as the file writes it (start: 2h), as failures.events[k].at is: it was the parsed 7200.0.
+            raise _fail(f"jobs[{i}].start", raw_jobs[i]["start"], f"it must start before the horizon ({horizon:g} s)")
     return MixSpec(link=None if topology else link, topology_file=topology, cluster_gpus=cluster_gpus,
                    jobs=jobs, horizon_s=horizon, spares=spares, failures=failures, storage_bytes_per_s=storage)
 

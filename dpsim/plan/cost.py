@@ -24,7 +24,7 @@ from typing import Mapping
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.hardware import GPU_PRESETS
-from dpsim.limits import MAX_GPU_HOUR_USD, MAX_TOKENS, short
+from dpsim.limits import MAX_GPU_HOUR_USD, MAX_TOKENS, plain_number, short
 
 _MODAL_LAMBDA = ("techbytes.app/posts/serverless-gpu-pricing-matrix-modal-replicate-lambda-2026 (prices verified "
                  "May 7, 2026 from the vendors' pricing pages)")
@@ -168,6 +168,11 @@ def format_count(value: float) -> str:
 
 
 def _check_price(value: object, field: str) -> float:
+    if isinstance(value, str):
+        # Numeric text as the command line reads it (``--gpu-hour-usd 2.5``, ``$2.5``): a sweep file's quoted
+        # ``gpu_hour_usd: "2.5"`` (or the API's gpu_hour_usd="2.5") was refused while the flag took the same text.
+        value = _number(value.strip(), field)
+    value = plain_number(value, float)  # numpy's scalars, as the other numbers of the API take them
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{field}: {value!r} is not a price; expected US dollars per GPU-hour, a number >= 0")
     # Bounded here, not only in the CLI's check_prices: `dpsim plan --gpu-hour-usd 1e250` (and plan's

@@ -647,7 +647,7 @@ def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
     command line: a sequence of integers in [1, MAX_GPUS], at most MAX_PLAN_VALUES of them."""
     if values is None and optional:
         return
-    expected = f"expected a list of at most {MAX_PLAN_VALUES} integers in [1, {MAX_GPUS:,}]"
+    expected = f"expected an integer or a list of at most {MAX_PLAN_VALUES} integers in [1, {MAX_GPUS:,}]"
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values \
             or len(values) > MAX_PLAN_VALUES:
         raise ConfigError(f"{flag}: {short(values)} is not valid; {expected}")
@@ -659,7 +659,12 @@ def _check_int_values(values: Any, flag: str, *, optional: bool = True) -> None:
 
 def _plain_ints(values: Any) -> Any:
     """A search axis of numpy integers (a list of them, a range or a 1-D array) as a list of Python ints; anything
-    else as it is, for :func:`_check_int_values` to judge."""
+    else as it is, for :func:`_check_int_values` to judge. A single integer is a one-value axis, as ``dpsim.sweep``
+    takes one (``dpsim.plan(base, gpus=8)`` was refused "8 is not valid; expected a list" where ``sweep(gpus=8)``
+    ran)."""
+    values = plain_number(values, int)
+    if isinstance(values, int) and not isinstance(values, bool):
+        return [values]
     if isinstance(values, range) or (hasattr(values, "tolist") and getattr(values, "ndim", 0) == 1):
         values = list(values)
     if isinstance(values, (list, tuple)):
@@ -2576,6 +2581,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,
                                                                                micro_batches))
     check_value("global_batch", global_batch)
+    # A single name is a one-value axis, as a single number is (_plain_ints) and as sweep takes both.
+    strategies, recomputes, schedules = ([v] if isinstance(v, str) else v for v in (strategies, recomputes, schedules))
     strategies, recomputes, schedules = (canonical_choices(v, c) for v, c in (
         (strategies, PLAN_DP_STRATEGIES), (recomputes, PLAN_RECOMPUTES), (schedules, PLAN_SCHEDULES)))
     # The job's choices in any letter case, as PredictConfig takes the same fields (--cp-comm A2A was refused).

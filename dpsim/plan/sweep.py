@@ -42,10 +42,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from dpsim.errors import ConfigError, DpsimError
-from dpsim.limits import MAX_SWEEP_POINTS, MAX_WORKERS, check_int, short
+from dpsim.limits import MAX_SWEEP_POINTS, MAX_SWEEP_WORK, MAX_WORKERS, SWEEP_POINT_WORK, check_int, short
 from dpsim.files import atomic_output
 from dpsim.plan.cost import PriceOverride, gpu_hour_price, training_cost
 from dpsim.plan.grid import SweepSpec
+from dpsim.plan.planner import DP_WORK_PER_LAYER, DP_WORK_PER_LAYER_SHARDED
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict
@@ -205,6 +206,50 @@ def check_sweep_size(spec: SweepSpec) -> None:
                           f"(fewer values per axis, or several sweeps)")
 
 
+def point_work(config: PredictConfig, layers: Callable[[str], int]) -> float:
+    """What predicting ``config`` costs, in pipeline slots (:data:`~dpsim.limits.MAX_SWEEP_WORK`), counted as
+    ``plan`` counts a layout's simulation (:func:`~dpsim.plan.planner.simulation_work`): with a layout, stages x
+    chunks x micro-batches (one step is played); with data parallelism alone, micro-batches x steps x the model's
+    layers (``layers(model)``) x the strategy's weight; plus :data:`~dpsim.limits.SWEEP_POINT_WORK`."""
+    p, m = config.parallelism, config.micro_batches
+    if p.layout_active:
+        work = p.pp * (2 if p.schedule == "dualpipe" else p.virtual_stages) * m
+    else:
+        work = m * config.workload.steps * layers(config.workload.model) * DP_WORK_PER_LAYER.get(
+            p.strategy, DP_WORK_PER_LAYER_SHARDED)
+    return SWEEP_POINT_WORK + work
+
+
+def sweep_work(spec: SweepSpec, configs: Sequence[PredictConfig | None]) -> float:
+    """The grid's simulation work: :func:`point_work` summed over its points (a point ``PredictConfig``
+    refused, ``None`` here, costs :data:`~dpsim.limits.SWEEP_POINT_WORK`: ``--skip-invalid`` records its error)."""
+    known: dict[str, int] = {}
+
+    def layers(model: str) -> int:
+        if model not in known:
+            try:
+                known[model] = len(get_model(model).layers)
+            except DpsimError:
+                known[model] = 1  # refused when its point runs; counted as the cheapest
+        return known[model]
+
+    return sum(SWEEP_POINT_WORK if c is None else point_work(c, layers) for c in configs)
+
+
+def check_sweep_work(spec: SweepSpec, configs: Sequence[PredictConfig | None]) -> None:
+    """Refuse a grid whose simulation work (:func:`sweep_work`) passes :data:`~dpsim.limits.MAX_SWEEP_WORK`,
+    before any point runs: 100,000 points (the point limit) of 3,000 micro-batches each were taken and ran
+    for days. Refused rather than run behind a progress bar: the work is known before the first point, and a
+    grid this size is a typo or a grid to split, not one a user waits hours for."""
+    work = sweep_work(spec, configs)
+    if work > MAX_SWEEP_WORK:
+        lengths = " x ".join(f"{len(v)} {k}" for k, v in spec.axes.items() if len(v) > 1) or "1 point"
+        raise ConfigError(f"sweep: {lengths} = {spec.size:,} points, ~{work / max(1, spec.size):,.0f} pipeline slots "
+                          f"of simulation each = {work:,.0f}; expected at most {MAX_SWEEP_WORK:,.0f} (~30 min "
+                          f"serially): fewer points, or fewer micro-batches per point (--grad-accum, "
+                          f"--global-batch, --steps), or several sweeps")
+
+
 def _check_executor(scheduler: str | None, workers: int | None, client: Any = None) -> None:
     if scheduler is not None and workers is not None:
         raise ConfigError("--scheduler and --workers: give one, not both (--scheduler uses an existing "
@@ -262,7 +307,15 @@ def sweep_records(spec: SweepSpec, *, scheduler: str | None = None, workers: int
     _check_budget_models(spec)
     points = spec.points()
     if not skip_invalid:
-        spec.configs()  # a refused combination fails the sweep before any point runs
+        configs: list[PredictConfig | None] = list(spec.configs())  # a refused combination fails the sweep first
+    else:
+        configs = []
+        for point in points:
+            try:
+                configs.append(PredictConfig(**point))
+            except DpsimError:
+                configs.append(None)  # its error becomes its row's
+    check_sweep_work(spec, configs)
     options = dict(tokens=spec.tokens, samples=spec.samples, gpu_hour_usd=spec.gpu_hour_usd,
                    skip_invalid=skip_invalid, degradations=spec.degradations)
     rows: list[dict | None] = [None] * len(points)

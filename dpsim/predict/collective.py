@@ -87,7 +87,10 @@ def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbyte
                        maxbytes: float = 2**30, stepfactor: float = 2.0, dtype: str = "float") -> CollectiveReport:
     """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to
     ``maxbytes``, each rounded down to whole elements of ``dtype`` (and whole ranks' shares for
-    reduce_scatter and all_gather), as nccl-tests does."""
+    reduce_scatter and all_gather), as nccl-tests does, but never below one element (one per rank for
+    reduce_scatter and all_gather): a smaller size is rounded *up* to that, so the first results of a sweep
+    that starts below it repeat one size (one result per requested size is kept; the nccl-tests table prints
+    each size once)."""
     op, dtype = canonical_choice(op, OPS), canonical_choice(dtype, TYPE_BYTES)
     if not isinstance(op, str) or op not in OPS:
         raise ConfigError(f"--op: {short(op)} is not a collective; choose one of {', '.join(OPS)}")

@@ -173,12 +173,19 @@ def nccl_tests_table(results: list[CollectiveResult], dtype: str) -> str:
         "#       size         count      type   redop    root     time   algbw   busbw",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
     ]
-    for r in results:
+    # The smallest sizes of a reduce_scatter/all_gather sweep round up to one element per rank, so several
+    # requested sizes are the same size: `-b 8 -e 256` on 8 GPUs printed three 32 B rows. The table shows each
+    # size once and says what it left out; the JSON keeps one result per requested size (its goldens pin them).
+    shown = [r for i, r in enumerate(results) if i == 0 or r.size_bytes != results[i - 1].size_bytes]
+    for r in shown:
         lines.append(
             f"{int(r.size_bytes):>12d}  {int(r.size_bytes) // elem:>12d}  {dtype:>8s}  {redop:>6s}  {root:>6s}"
             f"  {r.time_s * 1e6:>7.2f}  {r.algbw_bytes_per_s / 1e9:>6.2f}  {r.busbw_bytes_per_s / 1e9:>6.2f}"
         )
-    if results:
-        avg = sum(r.busbw_bytes_per_s for r in results) / len(results) / 1e9
+    if len(shown) < len(results):
+        lines.append(f"# {len(results) - len(shown)} repeated row(s) left out: sizes below one {dtype} element per "
+                     f"rank round up to {int(shown[0].size_bytes)} B")
+    if shown:
+        avg = sum(r.busbw_bytes_per_s for r in shown) / len(shown) / 1e9
         lines.append(f"# Avg bus bandwidth    : {avg:.4f} ")
     return "\n".join(lines)
