@@ -2929,11 +2929,20 @@ def simulation_work(planner: Planner, c: Candidate) -> float:
     """What simulating ``c`` (its ``predict``) costs, in pipeline slots (:data:`VERIFY_WORK`): with a layout,
     its stages x chunks x micro-batches (the pipeline engine plays one step); with data parallelism alone,
     its micro-batches x ``--steps`` x the model's layers, weighted by :data:`DP_WORK_PER_LAYER`."""
-    m = c.global_batch // (c.micro_batch * c.dp)
-    if c.sharded:
-        return float(c.pp * (2 if c.schedule == "dualpipe" else c.virtual_stages) * m)
-    per_layer = DP_WORK_PER_LAYER.get(c.strategy, DP_WORK_PER_LAYER_SHARDED)
-    return m * planner.base.workload.steps * len(planner.model.layers) * per_layer
+    return predict_work(layout=c.sharded, pp=c.pp, schedule=c.schedule, virtual_stages=c.virtual_stages,
+                        micro_batches=c.global_batch // (c.micro_batch * c.dp), strategy=c.strategy,
+                        steps=planner.base.workload.steps, layers=len(planner.model.layers))
+
+
+def predict_work(*, layout: bool, pp: int, schedule: str, virtual_stages: int, micro_batches: int, strategy: str,
+                 steps: int, layers: int) -> float:
+    """One prediction's simulation cost in pipeline slots, the one count ``plan`` (:func:`simulation_work`) and
+    ``sweep`` (:func:`dpsim.plan.sweep.point_work`) bound: with a layout, stages x chunks x micro-batches (the
+    pipeline engine plays one step); with data parallelism alone, micro-batches x ``steps`` x layers, weighted
+    by :data:`DP_WORK_PER_LAYER`."""
+    if layout:
+        return float(pp * (2 if schedule == "dualpipe" else virtual_stages) * micro_batches)
+    return micro_batches * steps * layers * DP_WORK_PER_LAYER.get(strategy, DP_WORK_PER_LAYER_SHARDED)
 
 
 def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, rank_by: str, verify: int,

@@ -46,7 +46,7 @@ from dpsim.limits import MAX_SWEEP_POINTS, MAX_SWEEP_WORK, MAX_WORKERS, SWEEP_PO
 from dpsim.files import atomic_output
 from dpsim.plan.cost import PriceOverride, gpu_hour_price, training_cost
 from dpsim.plan.grid import SweepSpec
-from dpsim.plan.planner import DP_WORK_PER_LAYER, DP_WORK_PER_LAYER_SHARDED
+from dpsim.plan.planner import predict_work
 from dpsim.predict.config import PredictConfig
 from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict
@@ -211,13 +211,11 @@ def point_work(config: PredictConfig, layers: Callable[[str], int]) -> float:
     ``plan`` counts a layout's simulation (:func:`~dpsim.plan.planner.simulation_work`): with a layout, stages x
     chunks x micro-batches (one step is played); with data parallelism alone, micro-batches x steps x the model's
     layers (``layers(model)``) x the strategy's weight; plus :data:`~dpsim.limits.SWEEP_POINT_WORK`."""
-    p, m = config.parallelism, config.micro_batches
-    if p.layout_active:
-        work = p.pp * (2 if p.schedule == "dualpipe" else p.virtual_stages) * m
-    else:
-        work = m * config.workload.steps * layers(config.workload.model) * DP_WORK_PER_LAYER.get(
-            p.strategy, DP_WORK_PER_LAYER_SHARDED)
-    return SWEEP_POINT_WORK + work
+    p = config.parallelism
+    return SWEEP_POINT_WORK + predict_work(
+        layout=p.layout_active, pp=p.pp, schedule=p.schedule, virtual_stages=p.virtual_stages,
+        micro_batches=config.micro_batches, strategy=p.strategy, steps=config.workload.steps,
+        layers=0 if p.layout_active else layers(config.workload.model))
 
 
 def sweep_work(spec: SweepSpec, configs: Sequence[PredictConfig | None]) -> float:

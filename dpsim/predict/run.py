@@ -610,8 +610,7 @@ def load_model(config: PredictConfig) -> ModelSpec:
     source = model_source(config)
     if is_torch_model_ref(source):
         model = load_torch_workload(source, input_shape=config.workload.input_shape)
-        if not config.execution.flash_attention and any(
-                isinstance(op, AttentionOp) for layer in model.layers for op in layer.ops):
+        if not config.execution.flash_attention and _has_attention(model):
             # The trace runs the module's own attention (SDPA, fused, or its eager matmuls): the flag built nothing
             # else, and examples/my_model.py:build predicted the same step with it as without, status 0.
             raise ConfigError(f"--no-flash-attention: applies to a model dpsim builds (a catalog model or a shape), "
@@ -633,15 +632,18 @@ def load_model(config: PredictConfig) -> ModelSpec:
 def check_attention_flags_apply(model: ModelSpec, config: PredictConfig) -> None:
     """Refuse ``--attention-kernel`` and ``--no-flash-attention`` on a model with no attention (a CNN, an MLP):
     they change only attention ops, so on resnet50 both were taken and predicted the same step in silence."""
-    if any(isinstance(op, AttentionOp) for layer in model.layers for op in layer.ops):
-        return
     e = config.execution
     flag = (f"--attention-kernel: {e.attention_kernel!r}" if e.attention_kernel != "sdpa"
             else "--no-flash-attention:" if not e.flash_attention else None)
-    if flag is not None:
+    # The default flags (every prediction of a sweep or a plan) skip the scan of the model's ops.
+    if flag is not None and not _has_attention(model):
         name = flag.partition(":")[0]
         raise ConfigError(f"{flag} applies to attention, but --model {config.workload.model} has "
                           f"{count(len(model.layers), 'layer')}, none of them attention; leave {name} out")
+
+
+def _has_attention(model: ModelSpec) -> bool:
+    return any(isinstance(op, AttentionOp) for layer in model.layers for op in layer.ops)
 
 
 def counted_model(model: ModelSpec, config: PredictConfig) -> ModelSpec:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
 
 from dpsim.profile.fit import fit_alpha_beta
 from dpsim.profile.schema import AttentionRate, MatmulRate, MemoryKindRate, OpRates
@@ -187,7 +188,7 @@ def memory_fit(rates: OpRates, kind: str, direction: str) -> tuple[float, float]
     """``(launch_s, bandwidth_bytes_per_s)`` a memory-bound op of ``kind`` is costed at one way: its kind's
     fit for ``direction``; backward, the kind's forward fit when its backward is no kernel of its own;
     else (``kind`` ``""``, or not timed) the one element-wise fit."""
-    by = {(k.kind, k.direction): k for k in rates.memory_kinds}
+    by = _kind_table(rates.memory_kinds)
     found = by.get((kind, direction))
     if found is None and direction == "backward" and not MEMORY_KINDS.get(kind, True):
         found = by.get((kind, "forward"))
@@ -195,6 +196,12 @@ def memory_fit(rates: OpRates, kind: str, direction: str) -> tuple[float, float]
         return found.launch_s, found.bandwidth_bytes_per_s
     assert rates.launch_s is not None and rates.bandwidth_bytes_per_s, "checked by the caller"
     return rates.launch_s, rates.bandwidth_bytes_per_s
+
+
+@lru_cache(maxsize=8)
+def _kind_table(memory_kinds: tuple[MemoryKindRate, ...]) -> dict[tuple[str, str], MemoryKindRate]:
+    """A profile's kind fits by ``(kind, direction)``, built once per profile, not once per op costed."""
+    return {(k.kind, k.direction): k for k in memory_kinds}
 
 
 def timed_dtype(rate_key: str) -> str:
