@@ -185,6 +185,26 @@ def test_every_mlperf_row_states_the_attention_kernel_it_ran_and_where_that_is_r
         assert ("context parallelism" in att) == (rows[rid]["cp"] == "2"), rid
 
 
+OLMO_CORE_OCTOBER_NIGHTLY = ("R100", "R101", "R104", "R105", "R107")
+"""OLMo-core rows published at commits whose Makefile pins torch nightly 2.6.0.dev20241009, a build of
+PyTorch main between the 2.5 branch (cuDNN attention first on H100) and pytorch/pytorch#138522 (opt-in)."""
+
+
+def test_olmo_core_rows_on_the_october_nightly_run_cudnn_attention_and_the_august_ones_flash():
+    # Row audit 2 (rowaudit2): SDPA's backend order is a property of the torch build the row's commit
+    # pins; the 2.5.0.dev20240826 rows (8c03ca8a2103) stay FlashAttention-2 (when that nightly started
+    # preferring cuDNN is not established), and the later torchtitan FSDP2 rows (Nov 2024 nightlies,
+    # after the opt-in) keep FlashAttention-2 as well.
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in OLMO_CORE_OCTOBER_NIGHTLY:
+        assert _attention_kernels(rid) == {"cudnn"}, rid
+        assert "2.6.0.dev20241009" in rows[rid]["framework_version"], rid
+        assert "pytorch/pytorch#138522" in rows[rid]["notes"], rid
+    for rid in ("R102", "R103", "R106", "R108", "R109", "R096"):
+        assert _attention_kernels(rid) == {"sdpa"}, rid
+        assert "2.6.0.dev20241009" not in rows[rid]["framework_version"], rid
+
+
 def test_dropless_aux_loss_rows_route_with_the_measured_expert_spread():
     # arXiv:2605.20982 measured Qwen3-30B-A3B's per-expert Gini on real text: the Qwen3 dropless rows
     # (235B and 30B, 128 experts) take it; Mixtral's 8 coarse experts stay balanced; forced-balance and
