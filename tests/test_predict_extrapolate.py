@@ -144,3 +144,34 @@ def test_a_sample_whose_text_moves_is_not_periodic():
     config = _config(CASES["ddp"], ABOVE)
     with pytest.raises(NotPeriodic, match="note"):
         extrapolated(at, config, sample_counts(config))
+
+
+def test_variability_keeps_the_full_path_and_its_limit():
+    """Per-rank draws do not repeat micro-batch after micro-batch: the full path plays them (its program is
+    there for the replay), and past its limit the refusal says why."""
+    from dpsim import VariabilitySpec
+    from dpsim.variability.run import predict_with_variability
+
+    config = _config(CASES["ddp"], ABOVE)
+    assert sample_counts(config) is not None
+    prediction, report = predict_with_variability(config, VariabilitySpec(noise_cv=0.05, samples=2), steps=3)
+    assert prediction.program is not None and report.statistics is not None
+    big = PredictConfig(global_batch=65536, micro_batch=1, gpus=16, model="llama-2-7b", link="infiniband")
+    with pytest.raises(ConfigError, match=r"draws per rank and step \(its steady state does not repeat\), so every "
+                                          r"micro-batch is simulated; expected at most 10,000 there"):
+        predict_with_variability(big, VariabilitySpec(noise_cv=0.05))
+
+
+def test_a_steady_state_that_does_not_repeat_falls_back_to_the_full_path(monkeypatch):
+    """Within the full path's limit every micro-batch is then simulated; past it, one line says why."""
+    import dpsim.predict.run as run
+
+    def off_the_line(*args, **kwargs):
+        raise NotPeriodic("prediction.layout.stages[0].bubble_s")
+    monkeypatch.setattr(run, "extrapolated", off_the_line)
+    within = _config(CASES["tp2-pp4-1f1b"], ABOVE)
+    assert predict(within).program is None and len(predict(within).simulation.trace) > 0  # the full path's
+    past = _config(CASES["ddp"], 20_000)
+    with pytest.raises(ConfigError, match=r"its steady state does not repeat \(prediction.layout.stages\[0\]"
+                                          r".bubble_s is not the same increment per micro-batch\)"):
+        predict(past)

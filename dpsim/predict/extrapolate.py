@@ -13,7 +13,9 @@ four counts instead (:func:`sample_counts`): ``a``, ``a + d`` and ``a + 2d`` pas
 equal increments and the far count on their line (within :data:`LINEAR_TOLERANCE` of its size), and is then
 carried to ``m`` from ``a`` and ``e``. A ratio of such quantities (throughput, MFU, utilisation, bubble share)
 is not affine: its numerator is (the ratio times its denominator, :data:`TIMES`), or its reciprocal is
-(:data:`RECIPROCAL`); the model-error interval is computed again from the extrapolated step. Anything else that
+(:data:`RECIPROCAL`); the model-error interval is computed again from the extrapolated step, and the memory
+with its fit at ``m`` itself, in closed form (:data:`DROPPED`: GPipe's peak grows with ``m`` until it no longer
+fits, a threshold no line carries). Anything else that
 moves (a string, a quantity off its line: random draws per micro-batch) means the steady state did not repeat
 and the caller simulates every micro-batch (:class:`NotPeriodic`). The idea is ``plan``'s extrapolation of
 DualPipe's replay (:func:`~dpsim.plan.planner.dualpipe_extrapolated`), applied to a whole prediction.
@@ -40,7 +42,7 @@ from dpsim.limits import MAX_EXTRAPOLATED_MICRO_BATCHES, MAX_PIPELINE_SLOTS, MAX
 
 EXTRAPOLATE_ABOVE = 512
 """Micro-batches per step above which a prediction is extrapolated (and only where the four counts it simulates
-instead are at most an eighth of them): the golden outputs (tests/golden/, at most 128 micro-batches) and
+instead are at most half of them, :data:`SPARSE_FACTOR`): the golden outputs (tests/golden/, at most 128 micro-batches) and
 everything up to here keep the full simulation, bit for bit. ASSUMED: where the saving starts to matter (512
 DDP micro-batches of llama-2-7b play in ~0.1 s)."""
 WARMUP_MICRO_BATCHES = 32
@@ -48,8 +50,10 @@ WARMUP_MICRO_BATCHES = 32
 ``p - 1`` micro-batches per chunk (1F1B, interleaved: Narayanan et al. 2021, Sec. 2.2), DualPipe's fill its
 first ``2p`` (DeepSeek-V3 report, Sec. 3.2.1; its memory peak is settled from ``2p``,
 :data:`~dpsim.strategies.pipeline.DUALPIPE_PEAK_SETTLED`), so ``a`` is also at least ``4 p v``."""
-SPARSE_FACTOR = 8
-"""The counts simulated instead (about ``5a``) are at most this fraction of the ``m`` they stand for."""
+SPARSE_FACTOR = 2
+"""The counts simulated instead (about ``5a``) are at most this fraction of the ``m`` they stand for (each is a
+whole prediction: the collectives, memory and program built again, so below twice their sum the full path is
+as cheap)."""
 LINEAR_TOLERANCE = 1e-9
 """Relative difference within which two increments count as equal (as ``plan``'s DualPipe extrapolation,
 :data:`~dpsim.plan.planner.LINEAR_TOLERANCE`): float rounding of sums of thousands of op times."""

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_MC_STEPS, check_int, short
+from dpsim.limits import MAX_MC_STEPS, MAX_PIPELINE_SLOTS, MAX_SIMULATED_MICRO_BATCHES, check_int, short
 from dpsim.predict.resolve import resolve
-from dpsim.predict.run import predict_resolved, resolve_topology
+from dpsim.predict.extrapolate import chunks_of, full_simulation
+from dpsim.predict.run import full_path_allowed, predict_resolved, resolve_topology
 from dpsim.profile.calibrated import calibrated_noise_cv
 from dpsim.profile.schema import Profile
 from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_intervals, sync_of
@@ -127,6 +128,34 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
         check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
+    if spec.per_rank or routing is not None:
+        # Random draws per rank, step and dispatch: the steady state does not repeat, so the step is simulated
+        # micro-batch by micro-batch (dpsim.predict.extrapolate) within the full path's limit.
+        refuse_past_full_path(config, "--noise-cv, --straggler, --hiccup-rate-per-s or a varying --moe-routing "
+                                      "draws per rank and step (its steady state does not repeat)")
+        with full_simulation():
+            return _predict_with_variability(resolved, spec, steps, routing)
+    return _predict_with_variability(resolved, spec, steps, routing)
+
+
+def refuse_past_full_path(config, why: str) -> None:
+    """Refuse ``config`` in one line where it needs every micro-batch simulated (``why``) and that passes the full
+    path's limit; an extrapolated prediction (:mod:`dpsim.predict.extrapolate`) would not have served it."""
+    if full_path_allowed(config):
+        return
+    layout = config.parallelism.layout_active
+    total = (config.parallelism.pp * chunks_of(config) * config.micro_batches if layout
+             else config.workload.steps * config.micro_batches)
+    limit, unit = ((MAX_PIPELINE_SLOTS, "pipeline slots (stages x chunks x micro-batches)") if layout
+                   else (MAX_SIMULATED_MICRO_BATCHES, "simulated micro-batches (--steps x micro-batches)"))
+    raise ConfigError(f"micro-batches per replica: {config.micro_batches:,} gives {total:,} {unit}, and {why}, so "
+                      f"every micro-batch is simulated; expected at most {limit:,} there (a step without it is "
+                      f"extrapolated past that); raise --micro-batch or lower --global-batch")
+
+
+def _predict_with_variability(resolved, spec: VariabilitySpec, steps: int | None, routing: str | None):
+    """:func:`predict_with_variability` once its arguments are checked."""
+    config = resolved.config
     if config.parallelism.layout_active:
         return _layout_with_variability(resolved, spec, steps, routing)
     if not spec.active:
