@@ -41,12 +41,25 @@ CASES = {
     "pp2-fsdp": dict(GPT2, gpus=8, pp=2, strategy="fsdp"),
     "cp2": dict(GPT2, gpus=8, cp=2, tp=2),
     "moe-ep8-pp2": dict(link="infiniband", model="qwen3-30b-a3b", micro_batch=1, steps=1, gpus=16, ep=8, pp=2,
-                        precision="bf16-mixed", recompute="full"),
+                        precision="bf16-mixed", recompute="full", moe_routing="zipf:1.0"),
+    "moe-ep8-dualpipe": dict(link="infiniband", model="qwen3-30b-a3b", micro_batch=1, steps=1, gpus=32, ep=8, pp=4,
+                             schedule="dualpipe", precision="bf16-mixed", recompute="full"),
+    "ddp-3-steps": dict(GPT2, gpus=16, steps=3),
+    "ddp-powersgd": dict(GPT2, gpus=16, comm_hook="powersgd"),
+    "ddp-2-jobs": dict(GPT2, gpus=16, jobs=2),
+    "ddp-calibrated": dict(link="aws-p4de", calibration="aws-p4de-2node", model="gpt2", micro_batch=1, gpus=16,
+                           steps=1),
+    "zero3-offload": dict(GPT2, gpus=16, strategy="zero3", offload="optimizer"),
+    "pp4-interleaved-fsdp": dict(GPT2, gpus=16, pp=4, schedule="1f1b-interleaved", virtual_stages=2, strategy="fsdp"),
+    "tp4-sequence-parallel": dict(GPT2, gpus=16, tp=4, sequence_parallel=True),
+    "cp2-a2a": dict(GPT2, gpus=8, cp=2, cp_comm="a2a"),
 }
 BELOW = 64
 ABOVE = 2400
 """Micro-batches per replica: below the threshold (full path only), and above it for every case (a multiple of
-each period: 1, 2 for DualPipe, 4 for the interleaved schedule of 4 stages)."""
+each period: 1, 2 for DualPipe, 4 for the interleaved schedule of 4 stages); also just past the threshold
+(:data:`ABOVE_FEW`, the fast lane's)."""
+ABOVE_FEW = 600
 
 
 def _config(kw: dict, n: int) -> PredictConfig:
@@ -77,10 +90,11 @@ def test_below_the_threshold_every_micro_batch_is_simulated(name):
     assert predict(config).to_dict() == full
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_above_the_threshold_the_extrapolation_is_the_full_simulation(name):
-    config = _config(CASES[name], ABOVE)
-    assert config.micro_batches == ABOVE and ABOVE > EXTRAPOLATE_ABOVE and sample_counts(config) is not None
+@pytest.mark.parametrize("name, n", [pytest.param(name, n, id=f"{name}-{n}", marks=[pytest.mark.slow] if n == ABOVE
+                                                  else []) for name in sorted(CASES) for n in (ABOVE_FEW, ABOVE)])
+def test_above_the_threshold_the_extrapolation_is_the_full_simulation(name, n):
+    config = _config(CASES[name], n)
+    assert config.micro_batches == n > EXTRAPOLATE_ABOVE and sample_counts(config) is not None
     fast = predict(config)
     assert fast.simulation.trace == () and fast.program is None  # it did extrapolate
     with full_simulation():
