@@ -101,8 +101,7 @@ def test_dualpipe_counts_its_two_chunks_against_the_pipeline_slot_limit():
     from dpsim.predict.config import PredictConfig
 
     from dpsim.predict.extrapolate import full_simulation
-    from dpsim.predict.run import full_path_allowed
-    from dpsim.variability.run import refuse_past_full_path
+    from dpsim.predict.run import full_path_allowed, refuse_past_full_path
 
     kw = dict(model="gpt2", gpus=16, link="infiniband", pp=2, global_batch=1048576, micro_batch=1)
     # Since the steady state is extrapolated (dpsim/predict/extrapolate.py) the config is taken; where every

@@ -113,7 +113,7 @@ def predict(
         # within the full path's limit.
         from dpsim.predict.extrapolate import full_simulation
         from dpsim.predict.resolve import resolve
-        from dpsim.variability.run import refuse_past_full_path
+        from dpsim.predict.run import refuse_past_full_path
         refuse_past_full_path(resolve(config).config, "--timeline draws every event of the step")
         with full_simulation():
             result, report = predict_with_variability(config, variability, steps=mc_steps)

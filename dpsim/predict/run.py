@@ -385,6 +385,21 @@ def full_path_allowed(config: PredictConfig) -> bool:
     return config.workload.steps * config.micro_batches <= MAX_SIMULATED_MICRO_BATCHES
 
 
+def refuse_past_full_path(config, why: str) -> None:
+    """Refuse ``config`` in one line where it needs every micro-batch simulated (``why``) and that passes the full
+    path's limit; an extrapolated prediction (:mod:`dpsim.predict.extrapolate`) would not have served it."""
+    if full_path_allowed(config):
+        return
+    layout = config.parallelism.layout_active
+    total = (config.parallelism.pp * chunks_of(config) * config.micro_batches if layout
+             else config.workload.steps * config.micro_batches)
+    limit, unit = ((MAX_PIPELINE_SLOTS, "pipeline slots (stages x chunks x micro-batches)") if layout
+                   else (MAX_SIMULATED_MICRO_BATCHES, "simulated micro-batches (--steps x micro-batches)"))
+    raise ConfigError(f"micro-batches per replica: {config.micro_batches:,} gives {total:,} {unit}, and {why}, so "
+                      f"every micro-batch is simulated; expected at most {limit:,} there (a step without it is "
+                      f"extrapolated past that); raise --micro-batch or lower --global-batch")
+
+
 def _predict_full(resolved: Resolved, *, degradations=(), model: ModelSpec | None = None,
                   topology: Topology | None = None, seen: dict | None = None) -> Prediction:
     """:func:`predict_resolved` simulating every micro-batch; ``seen`` (when given) receives the model, GPU and

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
-from dpsim.limits import MAX_MC_STEPS, MAX_PIPELINE_SLOTS, MAX_SIMULATED_MICRO_BATCHES, check_int, short
+from dpsim.limits import MAX_MC_STEPS, check_int, short
 from dpsim.predict.resolve import resolve
-from dpsim.predict.extrapolate import chunks_of, full_simulation
-from dpsim.predict.run import full_path_allowed, predict_resolved, resolve_topology
+from dpsim.predict.extrapolate import full_simulation
+from dpsim.predict.run import predict_resolved, refuse_past_full_path, resolve_topology
 from dpsim.profile.calibrated import calibrated_noise_cv
 from dpsim.profile.schema import Profile
 from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_intervals, sync_of
@@ -136,21 +136,6 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
         with full_simulation():
             return _predict_with_variability(resolved, spec, steps, routing)
     return _predict_with_variability(resolved, spec, steps, routing)
-
-
-def refuse_past_full_path(config, why: str) -> None:
-    """Refuse ``config`` in one line where it needs every micro-batch simulated (``why``) and that passes the full
-    path's limit; an extrapolated prediction (:mod:`dpsim.predict.extrapolate`) would not have served it."""
-    if full_path_allowed(config):
-        return
-    layout = config.parallelism.layout_active
-    total = (config.parallelism.pp * chunks_of(config) * config.micro_batches if layout
-             else config.workload.steps * config.micro_batches)
-    limit, unit = ((MAX_PIPELINE_SLOTS, "pipeline slots (stages x chunks x micro-batches)") if layout
-                   else (MAX_SIMULATED_MICRO_BATCHES, "simulated micro-batches (--steps x micro-batches)"))
-    raise ConfigError(f"micro-batches per replica: {config.micro_batches:,} gives {total:,} {unit}, and {why}, so "
-                      f"every micro-batch is simulated; expected at most {limit:,} there (a step without it is "
-                      f"extrapolated past that); raise --micro-batch or lower --global-batch")
 
 
 def _predict_with_variability(resolved, spec: VariabilitySpec, steps: int | None, routing: str | None):
