@@ -59,6 +59,10 @@ LINEAR_TOLERANCE = 1e-9
 :data:`~dpsim.plan.planner.LINEAR_TOLERANCE`): float rounding of sums of thousands of op times."""
 
 _FORCED_FULL = [False]
+_TIME_SCALE = [0.0]
+"""The sampled steps' longest: a time (a field in seconds) is compared within :data:`LINEAR_TOLERANCE` of it at
+least, as the engines round each time at the absolute time it ends (a stage's tail or wait, the difference of
+two such, is rounding noise of the step's size where it is near 0)."""
 
 
 @contextlib.contextmanager
@@ -175,6 +179,7 @@ def extrapolated(predict_at: Callable[[Any], Any], config, counts) -> Any:
     """The prediction of ``config`` carried from ``predict_at`` of its sampled ``counts``; raises
     :class:`NotPeriodic` where a quantity is off its line."""
     samples = [predict_at(at_micro_batches(config, n)) for n in counts]
+    _TIME_SCALE[0] = max(abs(getattr(s, "step_time_s", 0.0)) for s in samples)
     out = _combine(samples, counts, config.micro_batches, (), "prediction")
     return dataclasses.replace(out, config=config, program=None, model_error=None)
 
@@ -294,6 +299,8 @@ def _affine(xs: list, ks, m: int, where: str) -> float:
     a, b, c, e = (float(x) for x in xs)
     ka, kb, _, ke = ks
     size = max(abs(a), abs(b), abs(c), abs(e), 1e-300)
+    if where.endswith("_s") or "_s." in where or "_s[" in where:
+        size = max(size, _TIME_SCALE[0])
     tol = LINEAR_TOLERANCE * size
     if not all(np.isfinite((a, b, c, e))):
         if a == b == c == e:
