@@ -31,11 +31,19 @@ MAX_JOBS = 1024
 """Identical jobs sharing one cluster (``--jobs``)."""
 MAX_STEPS = 10_000
 """Simulated training steps (``--steps``): 10,000 DDP steps ~20 s and 1.4 GB."""
-MAX_GRAD_ACCUM = 10_000
-"""Micro-batches per optimizer step (``--grad-accum``)."""
 MAX_SIMULATED_MICRO_BATCHES = 10_000
 """``--steps`` x ``--grad-accum``: every micro-batch is a task of the engine
 (3 steps x 10,000 micro-batches took 40 s and 2 GB)."""
+MAX_EXTRAPOLATED_MICRO_BATCHES = 1 << 30
+"""Micro-batches per replica per step where ``predict`` extrapolates the steady state instead of simulating each
+(:mod:`dpsim.predict.extrapolate`; there, the counts it does simulate are bounded by
+:data:`MAX_SIMULATED_MICRO_BATCHES` and :data:`MAX_PIPELINE_SLOTS` as the full path's are, and its cost does not
+grow with the micro-batches: ~0.1-0.5 s for any count here). ASSUMED: 1,073,741,824 is far above any training
+job's (Llama 3 405B's 16M-token batch of 8,192-token samples is 2,048 sequences) and keeps the extrapolation's
+``m x increment`` ~1e-7 of a float's range of exact integers."""
+MAX_GRAD_ACCUM = MAX_EXTRAPOLATED_MICRO_BATCHES
+"""Micro-batches per optimizer step (``--grad-accum``): past :data:`MAX_SIMULATED_MICRO_BATCHES` (x ``--steps``)
+only where ``predict`` extrapolates (the config's own check refuses the rest, naming that limit)."""
 MAX_PIPELINE_SLOTS = 500_000
 """A tensor/pipeline layout's ``--pp`` x ``--virtual-stages`` x micro-batches per step: each is
 a forward and a backward op of the pipeline engine (one step is simulated; 64 x 1 x 512 =

@@ -100,8 +100,17 @@ def test_dualpipe_counts_its_two_chunks_against_the_pipeline_slot_limit():
     from dpsim.errors import ConfigError
     from dpsim.predict.config import PredictConfig
 
+    from dpsim.predict.extrapolate import full_simulation
+    from dpsim.predict.run import full_path_allowed, refuse_past_full_path
+
     kw = dict(model="gpt2", gpus=16, link="infiniband", pp=2, global_batch=1048576, micro_batch=1)
-    with pytest.raises(ConfigError, match=r"^--pp x --virtual-stages x micro-batches: 2 x 2 \(dualpipe's chunks\) x "
-                                          r"131,072 = 524,288 pipeline slots is not valid"):
+    # Since the steady state is extrapolated (dpsim/predict/extrapolate.py) the config is taken; where every
+    # micro-batch is simulated (--timeline, per-rank variability) the slot count still bounds it.
+    dual = PredictConfig(**kw, schedule="dualpipe")
+    assert not full_path_allowed(dual)
+    with pytest.raises(ConfigError, match=r"^micro-batches per replica: 131,072 gives 524,288 pipeline slots"):
+        refuse_past_full_path(dual, "--timeline draws every event of the step")
+    assert full_path_allowed(PredictConfig(**kw, schedule="1f1b"))  # 262,144 slots: within the limit
+    with full_simulation(), pytest.raises(ConfigError, match=r"^--pp x --virtual-stages x micro-batches: 2 x 2 "
+                                                             r"\(dualpipe's chunks\) x 131,072 = 524,288 pipeline"):
         PredictConfig(**kw, schedule="dualpipe")
-    PredictConfig(**kw, schedule="1f1b")  # 262,144 slots: within the limit

@@ -106,7 +106,17 @@ def predict(
     variability = _variability_from_flags(noise_cv=noise_cv, noise_dist=noise_dist, straggler=straggler,
                                           degrade=degrade, hiccup_rate_per_s=hiccup_rate_per_s,
                                           hiccup_s=hiccup_s, seed=seed, mc_samples=mc_samples)
-    result, report = predict_with_variability(config, variability, steps=mc_steps)
+    if timeline is None:
+        result, report = predict_with_variability(config, variability, steps=mc_steps)
+    else:
+        # The timeline draws every event of the step: every micro-batch simulated (dpsim.predict.extrapolate),
+        # within the full path's limit.
+        from dpsim.predict.extrapolate import full_simulation
+        from dpsim.predict.resolve import resolve
+        from dpsim.predict.run import refuse_past_full_path
+        refuse_past_full_path(resolve(config).config, "--timeline draws every event of the step")
+        with full_simulation():
+            result, report = predict_with_variability(config, variability, steps=mc_steps)
     if timeline is not None:
         # Written before anything is printed: a write that fails (a full disk) is then the command's one
         # error line, never an error after a complete JSON document or tables on stdout.

@@ -48,6 +48,7 @@ from dpsim.limits import (
     MAX_SAMPLES_PER_S,
     MAX_SEQ_LEN,
     MAX_SIMULATED_MICRO_BATCHES,
+    MAX_EXTRAPOLATED_MICRO_BATCHES,
     MAX_SINGLE_GPU_STEP_S,
     MAX_STEPS,
     MAX_TEXT_CHARS,
@@ -63,6 +64,7 @@ from dpsim.profile.schema import Profile
 from dpsim.strategies.ddp_costs import DdpOptions
 from dpsim.strategies.checkpointing import CheckpointPolicy, check_recompute
 from dpsim.strategies.offload import OFFLOAD_STRATEGIES, PARAM_OFFLOAD_STRATEGIES, offloads_optimizer
+from dpsim.predict.extrapolate import extrapolates, full_path_why
 from dpsim.strategies.registry import (
     BUCKET_CAP_MB,
     FSDP_UNIT,
@@ -855,10 +857,14 @@ class PredictConfig:
             # changes nothing and would be dropped without a word.
             raise ConfigError(f"--placement: {c.placement!r} only applies with --jobs above 1 (how several "
                               f"jobs' servers interleave); add --jobs N or leave --placement out")
-        if w.steps * w.grad_accum > MAX_SIMULATED_MICRO_BATCHES:
+        extrapolated = extrapolates(self)  # the steady state's increment carried past a few micro-batches
+        if w.steps * w.grad_accum > MAX_SIMULATED_MICRO_BATCHES and not extrapolated:
             raise ConfigError(f"--steps x --grad-accum: {w.steps:,} x {w.grad_accum:,} = "
                               f"{w.steps * w.grad_accum:,} simulated micro-batches is not valid; expected at "
-                              f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same)")
+                              f"most {MAX_SIMULATED_MICRO_BATCHES:,} (lower --steps: every step is the same){full_path_why(self)}")
+        if self.micro_batches > MAX_EXTRAPOLATED_MICRO_BATCHES:
+            raise ConfigError(f"micro-batches per replica: {self.micro_batches:,} is not valid; expected at most "
+                              f"{MAX_EXTRAPOLATED_MICRO_BATCHES:,} (raise --micro-batch or lower --global-batch)")
         if k.op_rates and k.profile is None:
             raise ConfigError("--op-rates: needs --calibration PROFILE, whose measured kernel rates it uses")
         if e.compile and k.single_gpu_step_s is not None:
@@ -961,6 +967,7 @@ class PredictConfig:
         """The rules of the tensor/pipeline layout fields (each field's own value is already valid)."""
         c, w, p, e = self.cluster, self.workload, self.parallelism, self.execution
         shard = p.tp * p.pp * p.cp
+        extrapolated = extrapolates(self)  # the steady state's increment carried past a few micro-batches
         cp = f" --cp {p.cp}" if p.cp > 1 else ""
         if p.dp is not None and shard * p.dp != c.gpus:
             raise ConfigError(f"--dp: {p.dp} with --tp {p.tp}{cp} --pp {p.pp} needs --gpus {shard * p.dp} "
@@ -1015,21 +1022,21 @@ class PredictConfig:
                 raise ConfigError(f"--grad-accum: {w.grad_accum} disagrees with --global-batch "
                                   f"{w.global_batch} ({w.global_batch // per_step} micro-batches per replica); "
                                   f"give one of them")
-            if not p.layout_active and w.steps * self.micro_batches > MAX_SIMULATED_MICRO_BATCHES:
+            if not p.layout_active and w.steps * self.micro_batches > MAX_SIMULATED_MICRO_BATCHES and not extrapolated:
                 raise ConfigError(f"--global-batch: {w.global_batch:,} gives {self.micro_batches:,} micro-batches per "
                                   f"replica x --steps {w.steps} = {w.steps * self.micro_batches:,} simulated; "
                                   f"expected at most {MAX_SIMULATED_MICRO_BATCHES:,} (raise --micro-batch or lower "
-                                  f"--steps)")
+                                  f"--steps){full_path_why(self)}")
         # DualPipe's stage holds two chunks (one of each direction) and the engine plays each one's
         # forwards, backwards and split weight gradients: measured 1.8x 1F1B's CPU time per micro-batch
         # (gpt2, --pp 2, 16,384-65,536 micro-batches), so at the limit it ran twice the bound.
         chunks, named = (2, "2 (dualpipe's chunks)") if p.schedule == "dualpipe" else (p.virtual_stages,
                                                                                         str(p.virtual_stages))
         slots = p.pp * chunks * self.micro_batches
-        if p.layout_active and slots > MAX_PIPELINE_SLOTS:
+        if p.layout_active and slots > MAX_PIPELINE_SLOTS and not extrapolated:
             raise ConfigError(f"--pp x --virtual-stages x micro-batches: {p.pp} x {named} x "
                               f"{self.micro_batches:,} = {slots:,} pipeline slots is not valid; expected at most "
-                              f"{MAX_PIPELINE_SLOTS:,} (raise --micro-batch or lower --global-batch)")
+                              f"{MAX_PIPELINE_SLOTS:,} (raise --micro-batch or lower --global-batch){full_path_why(self)}")
         if p.tp == 1:
             for name, default in (("sequence_parallel", False), ("tp_comm_overlap", "backward"),
                                   ("tp_across_network", False)):

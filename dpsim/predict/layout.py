@@ -732,14 +732,16 @@ def layout_fit(stages: tuple[StageMemory, ...], config: PredictConfig) -> tuple[
 
 def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: ModelSpec, precision,
                    compute: ComputeProfile, collectives: GroupCollectives, provenance=None,
-                   comm_slowdown: float = 0.0, profile=None) -> Prediction:
+                   comm_slowdown: float = 0.0, profile=None, seen: dict | None = None) -> Prediction:
     """Predict one step of ``config``'s tensor x pipeline x data layout (see the module docstring).
 
     ``compute`` is the whole model's profile at the micro-batch (scaled to a measured step
     when the config gives one); ``collectives`` the job's models with the layout's groups;
     ``comm_slowdown`` a calibration profile's measured one (0 without); ``profile`` that
     profile, whose measured message sizes the step's collectives are checked against as the
-    data-parallel path checks its buckets.
+    data-parallel path checks its buckets. ``seen`` (when given) receives ``memory_at``: the stages' memory
+    and its fit for the same job at another micro-batch count (what an extrapolated prediction computes at its
+    own count, :mod:`dpsim.predict.extrapolate`: a peak is not affine past where it stops fitting).
     """
     layout = layout_of(config, precision.grad_bytes, model)
     check_schedule(layout)
@@ -795,6 +797,12 @@ def predict_layout(config: PredictConfig, *, topology: Topology, gpu, model: Mod
     gather_s = tp_cost("all_gather", full_hidden) if layout.tp > 1 and not layout.sequence_parallel else 0.0
     p, d = layout.pp, layout.grad_group
     memory = stages_memory(tpm, layout, gpu, precision, config.workload.optimizer, assignment, cp_model=model)
+    if seen is not None:
+        def memory_at(other: PredictConfig):
+            stages = stages_memory(tpm, layout_of(other, precision.grad_bytes, model), gpu, precision,
+                                   other.workload.optimizer, assignment, cp_model=model)
+            return stages, *layout_fit(stages, other)
+        seen["memory_at"] = memory_at
     per_param_opt = shard.optimizer_s / tpm.spec.param_count * opt_scale if tpm.spec.param_count else 0.0
     # A sharded optimizer updates dense parameters / dp (x cp) and routed experts / edp per GPU.
     experts = [sum(c.expert_grad_numel for c in stage) for stage in chunks]

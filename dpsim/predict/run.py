@@ -19,7 +19,7 @@ from dpsim.engine.play import play_program
 from dpsim.engine.program import StepProgram
 from dpsim.engine.simulate import PlayedCollectives, played_durations
 from dpsim.errors import ConfigError
-from dpsim.limits import short
+from dpsim.limits import MAX_PIPELINE_SLOTS, MAX_SIMULATED_MICRO_BATCHES, short
 from dpsim.hardware import get_gpu, power_cap_throughput
 from dpsim.memory import FitAdvice, MemoryBreakdown, fit_advice, memory_breakdown, offload_memory
 from dpsim.network.degrade import (
@@ -43,6 +43,7 @@ from dpsim.predict.layout import (
     model_source,
     predict_layout,
 )
+from dpsim.predict.extrapolate import NotPeriodic, chunks_of, extrapolated, not_periodic_message, sample_counts
 from dpsim.predict.memo import memoized
 from dpsim.predict.model_error import interval as model_error_interval
 from dpsim.predict.model_error import layout_kind, query_features, regime_of
@@ -351,7 +352,58 @@ def checked_precision(config: PredictConfig, model: ModelSpec, gpu) -> Precision
 def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | None = None,
                      topology: Topology | None = None) -> Prediction:
     """:func:`predict` of a config already resolved, with its profile already read (a caller that
-    predicts several times, or needs the profile itself, reads it once)."""
+    predicts several times, or needs the profile itself, reads it once).
+
+    Past :data:`~dpsim.predict.extrapolate.EXTRAPOLATE_ABOVE` micro-batches, a few counts are simulated and the
+    steady state's increment carried to the config's (:mod:`dpsim.predict.extrapolate`), so the cost does not
+    grow with the micro-batches; where it does not repeat, every micro-batch is simulated within the full
+    path's limit (:func:`~dpsim.predict.extrapolate.full_simulation` forces that path)."""
+    config = resolved.config
+    counts = sample_counts(config)
+    if counts is not None:
+        seen: dict = {}
+        try:
+            out = extrapolated(lambda c: _predict_full(replace(resolved, config=c), degradations=degradations,
+                                                       model=model, topology=topology, seen=seen), config, counts)
+        except NotPeriodic as exc:
+            if not full_path_allowed(config):
+                raise ConfigError(not_periodic_message(config, str(exc))) from None
+        else:
+            stages, memory, fit = seen.pop("memory_at")(config)
+            if stages is not None:
+                out = replace(out, layout=replace(out.layout, stages=tuple(
+                    replace(r, memory=m) for r, m in zip(out.layout.stages, stages))))
+            return with_model_error(replace(out, memory=memory, fit=fit), **seen)
+    return _predict_full(resolved, degradations=degradations, model=model, topology=topology)
+
+
+def full_path_allowed(config: PredictConfig) -> bool:
+    """Whether simulating every micro-batch of ``config`` is within the limits the config's checks apply to
+    that path (:data:`~dpsim.limits.MAX_SIMULATED_MICRO_BATCHES`, :data:`~dpsim.limits.MAX_PIPELINE_SLOTS`)."""
+    if config.parallelism.layout_active:
+        return config.parallelism.pp * chunks_of(config) * config.micro_batches <= MAX_PIPELINE_SLOTS
+    return config.workload.steps * config.micro_batches <= MAX_SIMULATED_MICRO_BATCHES
+
+
+def refuse_past_full_path(config, why: str) -> None:
+    """Refuse ``config`` in one line where it needs every micro-batch simulated (``why``) and that passes the full
+    path's limit; an extrapolated prediction (:mod:`dpsim.predict.extrapolate`) would not have served it."""
+    if full_path_allowed(config):
+        return
+    layout = config.parallelism.layout_active
+    total = (config.parallelism.pp * chunks_of(config) * config.micro_batches if layout
+             else config.workload.steps * config.micro_batches)
+    limit, unit = ((MAX_PIPELINE_SLOTS, "pipeline slots (stages x chunks x micro-batches)") if layout
+                   else (MAX_SIMULATED_MICRO_BATCHES, "simulated micro-batches (--steps x micro-batches)"))
+    raise ConfigError(f"micro-batches per replica: {config.micro_batches:,} gives {total:,} {unit}, and {why}, so "
+                      f"every micro-batch is simulated; expected at most {limit:,} there (a step without it is "
+                      f"extrapolated past that); raise --micro-batch or lower --global-batch")
+
+
+def _predict_full(resolved: Resolved, *, degradations=(), model: ModelSpec | None = None,
+                  topology: Topology | None = None, seen: dict | None = None) -> Prediction:
+    """:func:`predict_resolved` simulating every micro-batch; ``seen`` (when given) receives the model, GPU and
+    topology its model-error interval was computed with."""
     config, profile = resolved.config, resolved.profile
     if topology is None:
         topology = _resolve_topology(config, profile)
@@ -379,9 +431,11 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
     else:
         provenance = preset_provenance(config, gpu, topology)
     if config.parallelism.layout_active:
+        if seen is not None:
+            seen.update(model=model, gpu=gpu, topology=topology)
         return with_model_error(predict_layout(config, topology=topology, gpu=gpu, model=model, precision=precision,
                                                compute=compute, collectives=collectives, provenance=provenance,
-                                               comm_slowdown=comm_slowdown, profile=profile),
+                                               comm_slowdown=comm_slowdown, profile=profile, seen=seen),
                                 model=model, gpu=gpu, topology=topology)
 
     if shm_after_backward(config, topology):
@@ -434,6 +488,11 @@ def predict_resolved(resolved: Resolved, *, degradations=(), model: ModelSpec | 
                                              step_time_s=step_time)
         if sensitivity is not None:
             provenance = replace(provenance, transport_sensitivity=sensitivity)
+    if seen is not None:
+        def memory_at(other: PredictConfig):
+            at, fit = memory_with_advice(model, gpu, other, precision, topology)
+            return None, (replace(at, overhead_bytes=0.0) if gpu.name == "cpu" else at), fit
+        seen.update(model=model, gpu=gpu, topology=topology, memory_at=memory_at)
     return with_model_error(Prediction(
         config=config,
         topology=topology.spec.name,

@@ -28,7 +28,9 @@ from dpsim.plan.cost import (
 )
 from dpsim.plan.grid import SweepSpec
 from dpsim.plan.sweep import sweep_records
-from dpsim.predict.run import predict, resolve_topology
+from dpsim.predict.extrapolate import full_simulation
+from dpsim.predict.resolve import resolve
+from dpsim.predict.run import predict, refuse_past_full_path, resolve_topology
 from dpsim.profile.once import reads_profiles_once
 from dpsim.report import plots
 from dpsim.report.layout import layout_tables
@@ -105,7 +107,11 @@ def collect(config, *, tokens: float | str | None = None, samples: float | str |
             fabrics: Sequence[str] = FABRICS) -> ReportData:
     """Run the prediction and the small sweeps a report shows."""
 
-    prediction = predict(config)
+    # The timeline draws every event of the step: every micro-batch simulated (dpsim.predict.extrapolate), within
+    # the full path's limit; the other predictions of the page may be extrapolated.
+    refuse_past_full_path(resolve(config).config, "the report's step timeline draws every event of the step")
+    with full_simulation():
+        prediction = predict(config)
     config = prediction.config  # with the calibration profile's defaults (dpsim.predict.resolve)
     topology = resolve_topology(config)
     base = config.settings()

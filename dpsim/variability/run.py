@@ -9,7 +9,8 @@ from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MC_STEPS, check_int, short
 from dpsim.predict.resolve import resolve
-from dpsim.predict.run import predict_resolved, resolve_topology
+from dpsim.predict.extrapolate import full_simulation
+from dpsim.predict.run import predict_resolved, refuse_past_full_path, resolve_topology
 from dpsim.profile.calibrated import calibrated_noise_cv
 from dpsim.profile.schema import Profile
 from dpsim.variability.layout import LayoutSync, fill_weight, layout_step_intervals, sync_of
@@ -127,6 +128,19 @@ def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None
     if spec.per_rank:
         steps = DEFAULT_STOCHASTIC_STEPS if steps is None else steps
         check_monte_carlo_size(config.cluster.gpus, spec.samples, steps)
+    if spec.per_rank or routing is not None:
+        # Random draws per rank, step and dispatch: the steady state does not repeat, so the step is simulated
+        # micro-batch by micro-batch (dpsim.predict.extrapolate) within the full path's limit.
+        refuse_past_full_path(config, "--noise-cv, --straggler, --hiccup-rate-per-s or a varying --moe-routing "
+                                      "draws per rank and step (its steady state does not repeat)")
+        with full_simulation():
+            return _predict_with_variability(resolved, spec, steps, routing)
+    return _predict_with_variability(resolved, spec, steps, routing)
+
+
+def _predict_with_variability(resolved, spec: VariabilitySpec, steps: int | None, routing: str | None):
+    """:func:`predict_with_variability` once its arguments are checked."""
+    config = resolved.config
     if config.parallelism.layout_active:
         return _layout_with_variability(resolved, spec, steps, routing)
     if not spec.active:
