@@ -26,3 +26,14 @@ def test_dpsim_version_prints_the_installed_version(capsys):
     assert outcome.status == 0, outcome.err
     assert outcome.out.strip() == f"dpsim {metadata.version('dpsim')}"
     assert outcome.err == ""
+
+
+# --- 2. a subnormal single-GPU rate -----------------------------------------------------------------------------------
+def test_a_subnormal_single_gpu_rate_names_no_inf(capsys):
+    """Before: ``--single-gpu-samples-per-s 1e-320`` overflowed micro-batch / rate and the refusal read "is a inf s
+    step". Now it says the step is over the limit; an ordinary too-slow rate still prints its step."""
+    line = refused(["predict", "--gpus", "8", "--link", "nvlink", "--single-gpu-samples-per-s", "1e-320"], capsys,
+                   "--single-gpu-samples-per-s", "a step over 86400 s", "expected a step from")
+    assert "inf" not in line, line
+    refused(["predict", "--gpus", "8", "--link", "nvlink", "--single-gpu-samples-per-s", "1e-9"], capsys,
+            "is a 4e+09 s step")
