@@ -37,3 +37,61 @@ def test_a_subnormal_single_gpu_rate_names_no_inf(capsys):
     assert "inf" not in line, line
     refused(["predict", "--gpus", "8", "--link", "nvlink", "--single-gpu-samples-per-s", "1e-9"], capsys,
             "is a 4e+09 s step")
+
+
+# --- 3. the Python API's arguments --------------------------------------------------------------------------------------
+def _config():
+    return dpsim.PredictConfig(gpus=8, link="nvlink", model="gpt2")
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: dpsim.goodput(_config(), duratoin_s=86400),
+     ("dpsim.goodput()", "'duratoin_s'", "did you mean duration_s?", "tokens=")),
+    (lambda: dpsim.plan(_config(), gpuz=[8], global_batch=64), ("dpsim.plan()", "'gpuz'", "did you mean gpus?")),
+    (lambda: dpsim.plan(_config(), gpus=[8]), ("dpsim.plan()", "'global_batch'", "global_batch=")),
+    (lambda: dpsim.predict(gpus=8), ("dpsim.predict()", "'gpus'", "dpsim.PredictConfig(gpus=...)")),
+    (lambda: dpsim.predict(), ("dpsim.predict()", "'config'", "it takes config, then keywords")),
+    (lambda: dpsim.memory_report(_config(), strategy="fsdp"), ("dpsim.memory_report()", "'strategy'")),
+    (lambda: dpsim.predict_collective(_config(), opp="all_gather"), ("did you mean op?",)),
+    (lambda: dpsim.predict_with_variability(_config()), ("dpsim.predict_with_variability()", "'spec'")),
+    (lambda: dpsim.sweep({"gpus": [8]}, {"link": ["nvlink"]}), ("dpsim.sweep()", "too many positional")),
+])
+def test_the_apis_misspelt_or_missing_arguments_are_one_dpsim_error(call, words):
+    """Before: each raised Python's bare TypeError ("goodput() got an unexpected keyword argument 'duratoin_s'"),
+    no DpsimError, naming nothing to give instead. Now one ConfigTypeError (a DpsimError, and still a TypeError)
+    naming the function, the argument, the nearest names and what it takes."""
+    with pytest.raises(DpsimError) as exc:
+        call()
+    assert isinstance(exc.value, TypeError)
+    line = str(exc.value)
+    assert "\n" not in line
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: dpsim.VariabilitySpec(nose_cv=0.1), ("dpsim.VariabilitySpec()", "'nose_cv'", "did you mean noise_cv")),
+    (lambda: dpsim.VariabilitySpec(0.1), ("dpsim.VariabilitySpec()", "too many positional", "noise_cv=")),
+    (lambda: dpsim.SweepSpec(axez={}), ("dpsim.SweepSpec()", "'axez'", "did you mean axes?")),
+    (lambda: dpsim.PredictConfig(8), ("dpsim.PredictConfig()", "too many positional", "(**settings)")),
+])
+def test_the_public_specs_misspelt_arguments_are_one_dpsim_error(call, words):
+    """Before: ``VariabilitySpec(nose_cv=0.1)``, ``SweepSpec(axez={})`` and ``PredictConfig(8)`` were bare
+    TypeErrors from the dataclass ``__init__``. Now one ConfigTypeError as for the functions."""
+    with pytest.raises(ConfigTypeError) as exc:
+        call()
+    for word in words:
+        assert word in str(exc.value), str(exc.value)
+
+
+def test_checked_calls_still_run_pickle_and_show_their_signature():
+    """The check changes nothing for a call that binds: the same results, the same signature for help(), and the
+    functions and specs still pickle by name (a process pool's map)."""
+    import inspect
+
+    spec = dpsim.VariabilitySpec(noise_cv=0.05)
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    assert pickle.loads(pickle.dumps(dpsim.goodput)) is dpsim.goodput
+    assert "duration_s" in inspect.signature(dpsim.goodput).parameters
+    assert "noise_cv" in inspect.signature(dpsim.VariabilitySpec).parameters
+    assert dpsim.predict(_config()).step_time_s == dpsim.predict(config=_config()).step_time_s

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpsim.api_args import checked_constructor
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
@@ -202,6 +203,7 @@ def parse_degrade(raw: Any, origin: str = "--degrade") -> tuple[LinkDegradation,
     return tuple(out)
 
 
+@checked_constructor("dpsim.SweepSpec")
 @dataclass(frozen=True)
 class SweepSpec:
     """A grid of predictions plus an optional training budget and price overrides."""

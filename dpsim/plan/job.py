@@ -11,6 +11,7 @@ import math
 from dataclasses import field, replace
 from typing import Any
 
+from dpsim.api_args import checked_arguments
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
@@ -190,6 +191,7 @@ def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_
 
 
 @reads_profiles_once
+@checked_arguments("dpsim.goodput")
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,

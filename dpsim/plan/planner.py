@@ -87,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsim.api_args import checked_arguments
 from dpsim.collectives.groups import (
     Communicator,
     GroupCollectives,
@@ -2516,6 +2517,7 @@ class Planner:
 
 @gc_paused
 @reads_profiles_once
+@checked_arguments("dpsim.plan")
 def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,

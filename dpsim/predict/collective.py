@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dpsim.api_args import checked_arguments
 from dpsim.collectives.ops import OPS, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
@@ -83,6 +84,7 @@ def check_sizes(minbytes: Any, maxbytes: Any, stepfactor: Any, *, max_bytes: flo
     return rows
 
 
+@checked_arguments("dpsim.predict_collective")
 def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbytes: float = 8,
                        maxbytes: float = 2**30, stepfactor: float = 2.0, dtype: str = "float") -> CollectiveReport:
     """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dpsim.api_args import checked_arguments
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MC_STEPS, check_int, short
@@ -92,6 +93,7 @@ def profile_noise_cv(profile: Profile | None) -> tuple[float, str | None]:
     return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"
 
 
+@checked_arguments("dpsim.predict_with_variability")
 def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None = None):
     """(prediction, report): ``predict(config)`` with degraded links, plus step statistics.
 
