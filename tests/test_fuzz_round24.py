@@ -95,3 +95,25 @@ def test_checked_calls_still_run_pickle_and_show_their_signature():
     assert "duration_s" in inspect.signature(dpsim.goodput).parameters
     assert "noise_cv" in inspect.signature(dpsim.VariabilitySpec).parameters
     assert dpsim.predict(_config()).step_time_s == dpsim.predict(config=_config()).step_time_s
+
+
+# --- 4. nccl-tests logs of a collective dpsim does not hold -----------------------------------------------------------
+_LOG = "calibration/reference/nccl-tests/8x-a100-sxm-node-nvlink3-via-nvswitch.all_reduce_perf.log"
+
+
+@pytest.mark.parametrize("name", ["alltoall_perf.log", "allreduce-vs-alltoall.log"])
+def test_a_log_of_a_collective_dpsim_does_not_hold_is_named(name, tmp_path, capsys):
+    """Before: an ``alltoall_perf`` log (a real nccl-tests binary) was refused "cannot tell which collective this
+    log measured; keep nccl-tests' '# Collective test starting: all_reduce_perf' line" though it kept that line,
+    and the same log in a file whose name mentions allreduce was read as an all_reduce, status 0, a profile of the
+    wrong collective. Now nccl-tests' own line decides: one line naming the binary, its line and the logs dpsim
+    reads."""
+    from pathlib import Path
+
+    text = Path(_LOG).read_text().replace("all_reduce_perf", "alltoall_perf").replace("# all_reduce (", "# alltoall (")
+    log = tmp_path / name
+    log.write_text(text)
+    out = tmp_path / "profile.json"
+    refused(["calibrate", "--from-nccl-tests", str(log), "--out", str(out)], capsys,
+            f"{name} line 5", "the log is of alltoall_perf", "all_reduce_perf, all_gather_perf")
+    assert not out.exists()
