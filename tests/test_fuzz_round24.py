@@ -117,3 +117,20 @@ def test_a_log_of_a_collective_dpsim_does_not_hold_is_named(name, tmp_path, caps
     refused(["calibrate", "--from-nccl-tests", str(log), "--out", str(out)], capsys,
             f"{name} line 5", "the log is of alltoall_perf", "all_reduce_perf, all_gather_perf")
     assert not out.exists()
+
+
+# --- 5. a transformers config.json with a key twice -----------------------------------------------------------------
+def test_a_config_json_with_a_key_twice_is_refused(tmp_path, capsys):
+    """Before: ``"hidden_size": 4096, ..., "hidden_size": 2048`` in a hand-edited config.json was read in silence at
+    the last value (json's rule): a 3.7 B model planned, status 0, where the first line says the 8 B. The profile
+    and the YAML files already refused a key written twice; now config.json does too, naming the key."""
+    from pathlib import Path
+
+    text = Path("examples/Llama-3.1-8B/config.json").read_text()
+    config = tmp_path / "config.json"
+    config.write_text(text.replace('"hidden_size": 4096,', '"hidden_size": 4096, "hidden_size": 2048,'))
+    refused(["predict", "--gpus", "8", "--link", "nvlink", "--model", str(config), "--seq-len", "4096"], capsys,
+            "--model", "config.json", "key 'hidden_size' appears twice", "give each key once")
+    config.write_text(text)
+    assert run_cli(["predict", "--gpus", "8", "--link", "nvlink", "--model", str(config), "--seq-len", "4096"],
+                   capsys).status == 0
