@@ -134,3 +134,13 @@ def test_a_config_json_with_a_key_twice_is_refused(tmp_path, capsys):
     config.write_text(text)
     assert run_cli(["predict", "--gpus", "8", "--link", "nvlink", "--model", str(config), "--seq-len", "4096"],
                    capsys).status == 0
+
+
+# --- 6. -h ----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["-h"], ["predict", "-h"], ["testbed", "up", "-h"], ["collective", "-h"]])
+def test_dash_h_is_help_everywhere(args, capsys):
+    """Before: ``dpsim predict -h`` was "No such option: -h", status 2, where nearly every command-line tool shows its
+    help. Now -h is --help on every command (no command has a -h of its own), status 0."""
+    outcome = run_cli(args, capsys)
+    assert outcome.status == 0, outcome.err
+    assert "Usage: dpsim" in outcome.out and outcome.err == ""

@@ -211,7 +211,10 @@ class _LazyGroup(TyperGroup):
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_LazyGroup,
-                  help="Discrete-event simulator of data-parallel GPU training clusters.")
+                  help="Discrete-event simulator of data-parallel GPU training clusters.",
+                  # -h as well: `dpsim predict -h` was "No such option: -h", status 2. Every command's context
+                  # inherits its parent's help names (click), and no command has a -h of its own.
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def version_text() -> str:
