@@ -144,3 +144,20 @@ def test_dash_h_is_help_everywhere(args, capsys):
     outcome = run_cli(args, capsys)
     assert outcome.status == 0, outcome.err
     assert "Usage: dpsim" in outcome.out and outcome.err == ""
+
+
+# --- 7. the budget text of plan and goodput --------------------------------------------------------------------------
+def test_plan_and_goodput_take_the_budget_text_sweep_and_the_flags_take():
+    """Before: ``dpsim.plan(config, ..., tokens="1B")`` and ``dpsim.goodput(config, tokens="1B")`` were refused
+    "--tokens: '1B' is not valid; expected a number", where ``--tokens 1B`` and ``dpsim.sweep(tokens="1B")`` take
+    it. Now the same text is read by the same parser, with the same numbers as the float; bad text is refused as
+    the flag refuses it."""
+    config = dpsim.PredictConfig(gpus=8, link="nvlink", model="gpt2")
+    assert dpsim.goodput(config, tokens="1B", runs=5).result == dpsim.goodput(config, tokens=1e9, runs=5).result
+    text = dpsim.plan(config, gpus=[8], global_batch=64, tokens="1B", verify=0)
+    number = dpsim.plan(config, gpus=[8], global_batch=64, tokens=1e9, verify=0)
+    assert text.ranked[0].time_to_train_s == number.ranked[0].time_to_train_s
+    with pytest.raises(DpsimError, match=r"--tokens: 'x' is not a count"):
+        dpsim.goodput(config, tokens="x")
+    with pytest.raises(DpsimError, match=r"--samples: '0.5' is not valid; expected a count >= 1"):
+        dpsim.plan(config, gpus=[8], global_batch=64, samples="0.5")
