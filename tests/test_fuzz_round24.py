@@ -161,3 +161,20 @@ def test_plan_and_goodput_take_the_budget_text_sweep_and_the_flags_take():
         dpsim.goodput(config, tokens="x")
     with pytest.raises(DpsimError, match=r"--samples: '0.5' is not valid; expected a count >= 1"):
         dpsim.plan(config, gpus=[8], global_batch=64, samples="0.5")
+
+
+# --- 8. a toy module's parameter count ------------------------------------------------------------------------------
+def test_a_small_modules_parameter_count_reads_as_a_count(tmp_path, capsys):
+    """Before: a traced ``nn.Linear(4, 4)`` (20 parameters, a new user's first try) was titled "(2e-08 B params)" by
+    predict and memory. Now below a million the count itself ("20 params"); from a million up the titles are as
+    they were ("0.124 B params": the goldens' form)."""
+    pytest.importorskip("torch")
+    module = tmp_path / "tiny.py"
+    module.write_text("import torch\n\ndef build():\n    return torch.nn.Linear(4, 4)\n")
+    for command in ("predict", "memory"):
+        outcome = run_cli([command, "--gpus", "8", "--link", "nvlink", "--model", f"{module}:build",
+                           "--input-shape", "4,4"], capsys)
+        assert outcome.status == 0, outcome.err
+        assert "(20 params)" in outcome.out and "e-08" not in outcome.out, outcome.out[:300]
+    outcome = run_cli(["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2"], capsys)
+    assert "gpt2 (0.124 B params)" in outcome.out
