@@ -146,24 +146,7 @@ def test_dash_h_is_help_everywhere(args, capsys):
     assert "Usage: dpsim" in outcome.out and outcome.err == ""
 
 
-# --- 7. the budget text of plan and goodput --------------------------------------------------------------------------
-def test_plan_and_goodput_take_the_budget_text_sweep_and_the_flags_take():
-    """Before: ``dpsim.plan(config, ..., tokens="1B")`` and ``dpsim.goodput(config, tokens="1B")`` were refused
-    "--tokens: '1B' is not valid; expected a number", where ``--tokens 1B`` and ``dpsim.sweep(tokens="1B")`` take
-    it. Now the same text is read by the same parser, with the same numbers as the float; bad text is refused as
-    the flag refuses it."""
-    config = dpsim.PredictConfig(gpus=8, link="nvlink", model="gpt2")
-    assert dpsim.goodput(config, tokens="1B", runs=5).result == dpsim.goodput(config, tokens=1e9, runs=5).result
-    text = dpsim.plan(config, gpus=[8], global_batch=64, tokens="1B", verify=0)
-    number = dpsim.plan(config, gpus=[8], global_batch=64, tokens=1e9, verify=0)
-    assert text.ranked[0].time_to_train_s == number.ranked[0].time_to_train_s
-    with pytest.raises(DpsimError, match=r"--tokens: 'x' is not a count"):
-        dpsim.goodput(config, tokens="x")
-    with pytest.raises(DpsimError, match=r"--samples: '0.5' is not valid; expected a count >= 1"):
-        dpsim.plan(config, gpus=[8], global_batch=64, samples="0.5")
-
-
-# --- 8. a toy module's parameter count ------------------------------------------------------------------------------
+# --- 7. a toy module's parameter count ------------------------------------------------------------------------------
 def test_a_small_modules_parameter_count_reads_as_a_count(tmp_path, capsys):
     """Before: a traced ``nn.Linear(4, 4)`` (20 parameters, a new user's first try) was titled "(2e-08 B params)" by
     predict and memory. Now below a million the count itself ("20 params"); from a million up the titles are as

@@ -29,7 +29,6 @@ from dpsim.limits import (
     plain_number,
     short,
 )
-from dpsim.plan.cost import parse_count
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
@@ -193,7 +192,7 @@ def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_
 
 @reads_profiles_once
 @checked_arguments("dpsim.goodput")
-def goodput(config: PredictConfig, *, tokens: float | str | None = None, duration_s: float | None = None,
+def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,
             checkpoint_bandwidth_bytes_per_s: float = DEFAULT_CHECKPOINT_BANDWIDTH_BYTES_PER_S,
@@ -221,8 +220,6 @@ def goodput(config: PredictConfig, *, tokens: float | str | None = None, duratio
     """
     if tokens is not None and duration_s is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
-    if isinstance(tokens, str):  # "1T" as --tokens and dpsim.sweep read it (was refused "'1T' is not valid")
-        tokens = parse_count(tokens, "--tokens")
     tokens, duration_s, checkpoint_interval_s, checkpoint_write_s, checkpoint_bandwidth_bytes_per_s, restart_s, \
         replace_s = (plain_number(v, float) for v in (tokens, duration_s, checkpoint_interval_s, checkpoint_write_s,
                                                       checkpoint_bandwidth_bytes_per_s, restart_s, replace_s))

@@ -105,7 +105,7 @@ from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           VERIFY_WORK, check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, stage_expert_numels
-from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price, parse_count
+from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
     DEFAULT_GPU_MTBF_S,
@@ -2520,7 +2520,7 @@ class Planner:
 @checked_arguments("dpsim.plan")
 def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
-                 tokens: float | str | None = None, samples: float | str | None = None, budget_usd: float | None = None,
+                 tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,
                  gpu_hour_usd: PriceOverride = None, rank_by: str = "time", top: int = 10,
                  verify: int = DEFAULT_VERIFY, verify_seconds: float | None = VERIFY_SECONDS,
                  grad_accum_fusion: bool = True,
@@ -2602,9 +2602,6 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
                         ("moe_node_limit", moe_node_limit)):
         if value is not None or name == "grad_accum_fusion":
             check_value(name, value)
-    # Budget text as the command line and dpsim.sweep read it: dpsim.plan(tokens="1T") was refused "'1T' is not valid".
-    tokens, samples = (parse_count(budget, flag) if isinstance(budget, str) else budget
-                       for flag, budget in (("--tokens", tokens), ("--samples", samples)))
     for flag, budget in (("--tokens", tokens), ("--samples", samples)):
         if budget is not None:
             check_number(budget, flag, 1, MAX_TOKENS)  # at least one, as the command line's parse_count
