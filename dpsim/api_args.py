@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+from collections.abc import Collection
 from typing import Any, Callable, TypeVar
 
 from dpsim.errors import ConfigTypeError
@@ -21,9 +22,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T", bound=type)
 
 
-def checked_arguments(public_name: str) -> Callable[[F], F]:
+def checked_arguments(public_name: str, config_settings: Collection[str] = ()) -> Callable[[F], F]:
     """Decorate a public function (``public_name``: how users call it, ``dpsim.plan``) so that a call Python
-    would refuse for its arguments raises one :class:`~dpsim.errors.ConfigTypeError` instead."""
+    would refuse for its arguments raises one :class:`~dpsim.errors.ConfigTypeError` instead.
+    ``config_settings``: the ``PredictConfig`` settings (``dpsim.predict.config.SETTINGS``), for a function that
+    takes its job as a config: ``dpsim.predict(gpus=8)`` is told to give ``gpus`` in the config."""
 
     def decorate(function: F) -> F:
         signature = inspect.signature(function)
@@ -33,7 +36,7 @@ def checked_arguments(public_name: str) -> Callable[[F], F]:
             try:
                 signature.bind(*args, **kwargs)
             except TypeError as exc:
-                raise ConfigTypeError(_explain(public_name, signature, kwargs, exc)) from None
+                raise ConfigTypeError(_explain(public_name, signature, kwargs, exc, config_settings)) from None
             return function(*args, **kwargs)
 
         return call  # type: ignore[return-value]
@@ -54,7 +57,8 @@ def checked_constructor(public_name: str) -> Callable[[T], T]:
     return decorate
 
 
-def _explain(public_name: str, signature: inspect.Signature, kwargs: dict[str, Any], exc: TypeError) -> str:
+def _explain(public_name: str, signature: inspect.Signature, kwargs: dict[str, Any], exc: TypeError,
+             config_settings: Collection[str] = ()) -> str:
     """One line: what Python refused, the nearest argument names, and the arguments the function takes."""
     params = [p for p in signature.parameters.values()
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in _SELF]
@@ -76,8 +80,9 @@ def _explain(public_name: str, signature: inspect.Signature, kwargs: dict[str, A
     near = difflib.get_close_matches(str(key), names, n=3)
     if near:
         hint = f"did you mean {', '.join(near)}? "
-    elif "config" in names and _is_config_setting(key):
-        hint = f"{key} is a setting of the job: give it in dpsim.PredictConfig({key}=...) as config; "
+    elif key in config_settings:
+        where = positional[0] if positional else "config"
+        hint = f"{key} is a setting of the job: give it in dpsim.PredictConfig({key}=...) as {where}; "
     else:
         hint = ""
     return f"{public_name}(): {key!r} is not one of its arguments; {hint}it takes {takes}"
@@ -85,9 +90,3 @@ def _explain(public_name: str, signature: inspect.Signature, kwargs: dict[str, A
 
 _SELF = frozenset({"self", "__dataclass_self__"})
 """The instance a constructor's ``__init__`` is bound to: no argument of the user's."""
-
-
-def _is_config_setting(key: str) -> bool:
-    from dpsim.predict.config import SETTINGS
-
-    return key in SETTINGS

@@ -42,7 +42,7 @@ from dpsim.plan.reliability import (
     TrainingJob,
     model_optimum_s,
 )
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import SETTINGS, PredictConfig
 from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
@@ -191,7 +191,7 @@ def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_
 
 
 @reads_profiles_once
-@checked_arguments("dpsim.goodput")
+@checked_arguments("dpsim.goodput", config_settings=SETTINGS)
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,
