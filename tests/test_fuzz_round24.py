@@ -161,3 +161,15 @@ def test_a_small_modules_parameter_count_reads_as_a_count(tmp_path, capsys):
         assert "(20 params)" in outcome.out and "e-08" not in outcome.out, outcome.out[:300]
     outcome = run_cli(["predict", "--gpus", "8", "--link", "nvlink", "--model", "gpt2"], capsys)
     assert "gpt2 (0.124 B params)" in outcome.out
+
+
+# --- 8. a misspelt sweep axis ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("axis, meant", [("strategi=ddp", "strategy"), ("zero_impll=deepspeed", "zero_impl"),
+                                         ("micro_bach=1,2", "micro_batch")])
+def test_a_misspelt_sweep_axis_names_the_axis_it_meant(axis, meant, capsys):
+    """Before: ``sweep --axis strategi=ddp`` listed every axis (~970 characters), and the error line, cut at 800,
+    ended at "reco..." before strategy, tp or zero_impl: the name the user meant was not on the line. Now the
+    nearest names come first ("did you mean strategy?"), then the list as before."""
+    line = refused(["sweep", "--gpus", "8", "--link", "nvlink", "--model", "gpt2", "--axis", axis], capsys,
+                   f"is not a sweep axis; did you mean {meant}")
+    assert line.index(meant) < line.index("choose among")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import re
@@ -50,7 +51,11 @@ def axis_name(name: str, origin: str = "sweep") -> str:
     axes = sweep_axes()
     if key not in axes:
         allowed = sorted(set(axes) - set(AXIS_ALIASES.values()) | set(AXIS_ALIASES))
-        raise ConfigError(f"{origin}: {name!r} is not a sweep axis; choose among {', '.join(allowed)}")
+        # The nearest names first: the whole list (~970 characters) is cut at the command line's 800, and a
+        # misspelt strategy or tp was refused with a list that ended before the name it meant.
+        near = difflib.get_close_matches(key, allowed, n=3)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise ConfigError(f"{origin}: {name!r} is not a sweep axis; {hint}choose among {', '.join(allowed)}")
     return key
 
 
