@@ -1,7 +1,9 @@
-"""Defects the twenty-fourth fuzz round took up (fuzz24, a demanding new user): ``dpsim --version`` refused as an
-unknown option; ``--single-gpu-samples-per-s`` of a subnormal rate refused as "a inf s step"; the Python API's
+"""Defects the twenty-fourth fuzz round took up (fuzz24, a demanding new user): ``dpsim --version`` and ``-h`` refused
+as unknown options; ``--single-gpu-samples-per-s`` of a subnormal rate refused as "a inf s step"; the Python API's
 misspelt or missing arguments (``dpsim.goodput(config, duratoin_s=...)``, ``dpsim.VariabilitySpec(nose_cv=...)``)
-raising Python's bare ``TypeError`` that a caller catching ``DpsimError`` saw as a traceback.
+raising Python's bare ``TypeError`` that a caller catching ``DpsimError`` saw as a traceback; an ``alltoall_perf``
+log told to keep the line it kept (or read as an all_reduce); a config.json naming a key twice read at the last;
+a 20-parameter module titled "2e-08 B params"; a misspelt sweep axis answered with a list cut before the name meant.
 
 Each case says what it did before.
 """
