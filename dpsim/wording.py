@@ -58,3 +58,9 @@ def canonical_choices(values: object, choices) -> object:
     if not isinstance(values, (list, tuple)):
         return values
     return type(values)(canonical_choice(v, choices) for v in values)
+
+
+def param_count(n: int) -> str:
+    """A model's parameter count in a title: "6.74 B params" from a million up (the form every title had), the
+    count itself below ("20 params"), where billions read "2e-08 B params" (a traced toy module)."""
+    return f"{n / 1e9:.3g} B params" if n >= 1e6 else count(int(n), "param")

@@ -21,7 +21,7 @@ LAYOUT_DOC = PACKAGE.parent / "docs" / "internals.md"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("frozen",),
     ("errors", "lazy"),
-    ("units", "limits", "wording"),
+    ("units", "limits", "wording", "api_args"),
     ("files", "stats", "processes", "shipped"),
     ("hardware",),
     ("topology",),

@@ -192,6 +192,13 @@ def parse_nccl_tests(path: str | Path, *, ranks_per_node: int | None = None, tex
         text = read_text_capped(path, "--from-nccl-tests", ProfileError, what="nccl-tests log file")
     lines = text.splitlines()
     op = _detect_op(path, lines)
+    other = next(((i, m.group(1)) for i, line in enumerate(lines, 1) if (m := _STARTING.search(line))
+                  and m.group(1) not in PERF_BINARIES), None)
+    if other is not None:
+        # nccl-tests' own line names the binary: an alltoall_perf or gather_perf log was told to keep the line it
+        # kept ("cannot tell which collective this log measured"), or, named like all_reduce, read as all_reduce.
+        raise _fail(path, other[0], f"the log is of {other[1]} (its 'Collective test starting' line), a "
+                    f"collective dpsim's profiles do not hold; give logs of {', '.join(PERF_BINARIES)}")
     if op is None:
         raise _fail(path, None, "cannot tell which collective this log measured; keep nccl-tests' "
                     "'# Collective test starting: all_reduce_perf' line or name the file after the "

@@ -211,12 +211,35 @@ class _LazyGroup(TyperGroup):
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_LazyGroup,
-                  help="Discrete-event simulator of data-parallel GPU training clusters.")
+                  help="Discrete-event simulator of data-parallel GPU training clusters.",
+                  # -h as well: `dpsim predict -h` was "No such option: -h", status 2. Every command's context
+                  # inherits its parent's help names (click), and no command has a -h of its own.
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def version_text() -> str:
+    """``dpsim X.Y.Z``: the installed distribution's version (pyproject.toml's), as ``pip show dpsim`` reads it."""
+    from importlib import metadata
+
+    try:
+        return f"dpsim {metadata.version('dpsim')}"
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "dpsim (version unknown: not installed; pip install -e . records it)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
-    # A typer app with no registered command needs a callback to be built as a group.
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print dpsim's version and exit."),
+) -> None:
+    # A typer app with no registered command needs a callback to be built as a group. `dpsim --version`
+    # was "No such option: --version" with status 2, the first thing a user types to report a problem.
     pass
 
 

@@ -53,9 +53,10 @@ def memory(
     from rich.markup import escape
     from rich.table import Table
 
+    from dpsim import wording
     from dpsim.units import format_bytes
     ex, wl = config.execution, config.workload
-    title = (f"{report.model} ({report.param_count / 1e9:.3g} B params), {config.parallelism.strategy} on "
+    title = (f"{report.model} ({wording.param_count(report.param_count)}), {config.parallelism.strategy} on "
              f"{report.n_gpus} x {report.gpu}, {ex.precision}{f' (fp8 {ex.fp8})' if ex.fp8 else ''} + {wl.optimizer}, "
              f"micro-batch {wl.micro_batch}"
              + (f" x {wl.grad_accum}" if wl.grad_accum > 1 else "")

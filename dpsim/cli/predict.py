@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -155,8 +157,10 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
         check_number(single_gpu_samples_per_s, "--single-gpu-samples-per-s", 0, MAX_SAMPLES_PER_S, open_below=True)
         step_s = config.workload.micro_batch / single_gpu_samples_per_s
         if not MIN_SINGLE_GPU_STEP_S <= step_s <= MAX_SINGLE_GPU_STEP_S:
+            # A subnormal rate overflows the division: the line said "is a inf s step".
+            step = f"a {step_s:.3g} s step" if step_s < math.inf else f"a step over {MAX_SINGLE_GPU_STEP_S:g} s"
             raise ConfigError(f"--single-gpu-samples-per-s: {single_gpu_samples_per_s:g} at --micro-batch "
-                              f"{config.workload.micro_batch} is a {step_s:.3g} s step; expected a step from "
+                              f"{config.workload.micro_batch} is {step}; expected a step from "
                               f"{MIN_SINGLE_GPU_STEP_S:g} s to {MAX_SINGLE_GPU_STEP_S:g} s")
         changes["single_gpu_step_s"] = step_s
     return replace(config, **changes) if changes else config

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import re
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpsim.api_args import checked_constructor
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.files import read_yaml_file
 from dpsim.hardware import get_gpu
@@ -49,7 +51,11 @@ def axis_name(name: str, origin: str = "sweep") -> str:
     axes = sweep_axes()
     if key not in axes:
         allowed = sorted(set(axes) - set(AXIS_ALIASES.values()) | set(AXIS_ALIASES))
-        raise ConfigError(f"{origin}: {name!r} is not a sweep axis; choose among {', '.join(allowed)}")
+        # The nearest names first: the whole list (~970 characters) is cut at the command line's 800, and a
+        # misspelt strategy or tp was refused with a list that ended before the name it meant.
+        near = difflib.get_close_matches(key, allowed, n=3)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise ConfigError(f"{origin}: {name!r} is not a sweep axis; {hint}choose among {', '.join(allowed)}")
     return key
 
 
@@ -202,6 +208,7 @@ def parse_degrade(raw: Any, origin: str = "--degrade") -> tuple[LinkDegradation,
     return tuple(out)
 
 
+@checked_constructor("dpsim.SweepSpec")
 @dataclass(frozen=True)
 class SweepSpec:
     """A grid of predictions plus an optional training budget and price overrides."""

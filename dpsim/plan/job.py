@@ -11,6 +11,7 @@ import math
 from dataclasses import field, replace
 from typing import Any
 
+from dpsim.api_args import checked_arguments
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
@@ -41,7 +42,7 @@ from dpsim.plan.reliability import (
     TrainingJob,
     model_optimum_s,
 )
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import SETTINGS, PredictConfig
 from dpsim.predict.model_error import ModelErrorInterval
 from dpsim.predict.resolve import resolve
 from dpsim.predict.result import Prediction
@@ -190,6 +191,7 @@ def _checkpoint_shard_group(config: PredictConfig, strategy: str, dp: int, gpus_
 
 
 @reads_profiles_once
+@checked_arguments("dpsim.goodput", config_settings=SETTINGS)
 def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: float | None = None,
             rates: FailureRates = FailureRates(), checkpoint_interval_s: float | None = None,
             checkpoint_write_s: float | None = None,

@@ -87,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsim.api_args import checked_arguments
 from dpsim.collectives.groups import (
     Communicator,
     GroupCollectives,
@@ -115,6 +116,7 @@ from dpsim.plan.reliability import (
 )
 from dpsim.predict.config import (
     PLAN_DP_STRATEGIES,
+    SETTINGS,
     PredictConfig,
     canonical_name,
     default_etp,
@@ -2516,6 +2518,7 @@ class Planner:
 
 @gc_paused
 @reads_profiles_once
+@checked_arguments("dpsim.plan", config_settings=SETTINGS)
 def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int, tps=None, pps=None,
                  strategies=None, micro_batches=None, recomputes=None, schedules=None, sequence_parallel=None,
                  tokens: float | None = None, samples: float | None = None, budget_usd: float | None = None,

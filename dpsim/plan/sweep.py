@@ -41,6 +41,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from dpsim.api_args import checked_arguments
 from dpsim.errors import ConfigError, DpsimError
 from dpsim.limits import MAX_SWEEP_POINTS, MAX_SWEEP_WORK, MAX_WORKERS, SWEEP_POINT_WORK, check_int, short
 from dpsim.files import atomic_output
@@ -441,6 +442,7 @@ def run_sweep(spec: SweepSpec, **kwargs: Any):
 
 
 @reads_profiles_once
+@checked_arguments("dpsim.sweep")
 def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None = None,
           samples: float | str | None = None, gpu_hour_usd: PriceOverride = None,
           scheduler: str | None = None, workers: int | None = None, client: Any = None,

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dpsim.api_args import checked_arguments
 from dpsim.collectives.ops import OPS, CollectiveResult
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_COLLECTIVE_BYTES, MAX_SIZE_ROWS, is_finite, plain_number, short
-from dpsim.predict.config import PredictConfig
+from dpsim.predict.config import SETTINGS, PredictConfig
 from dpsim.predict.resolve import resolve
 from dpsim.predict.run import build_collectives, resolve_topology
 from dpsim.wording import canonical_choice
@@ -83,6 +84,7 @@ def check_sizes(minbytes: Any, maxbytes: Any, stepfactor: Any, *, max_bytes: flo
     return rows
 
 
+@checked_arguments("dpsim.predict_collective", config_settings=SETTINGS)
 def predict_collective(config: PredictConfig, *, op: str = "all_reduce", minbytes: float = 8,
                        maxbytes: float = 2**30, stepfactor: float = 2.0, dtype: str = "float") -> CollectiveReport:
     """``op`` on ``config``'s world communicator at sizes ``minbytes`` x ``stepfactor``^k up to

@@ -27,6 +27,7 @@ from dataclasses import field, fields, replace
 from functools import cache
 from typing import Any, Literal
 
+from dpsim.api_args import checked_constructor
 from dpsim.collectives.nccl_tuning import parse_algorithms, parse_protocols
 from dpsim.errors import ConfigError, ConfigTypeError
 from dpsim.frozen import frozen_dataclass
@@ -681,6 +682,7 @@ class FlatSettingWarning(DeprecationWarning):
     """A setting read as ``config.tp`` rather than through its part (``config.parallelism.tp``)."""
 
 
+@checked_constructor("dpsim.PredictConfig")
 @frozen_dataclass(init=False)
 class PredictConfig:
     """Everything that defines one prediction (the CLI's flags, in SI units), validated on creation.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dpsim.api_args import checked_arguments
 from dpsim.collectives.groups import Communicator, GroupCollectives, LayoutShape, multi_server_domain
 from dpsim.collectives.links import link_report
 from dpsim.collectives.nccl import NcclCollectives
@@ -32,7 +33,7 @@ from dpsim.network.degrade import (
 )
 from dpsim.network.tiers import TierNetwork
 from dpsim.strategies.offload import host_bytes_per_param, host_step_s, param_fetches
-from dpsim.predict.config import PredictConfig, capped_compute_efficiency, one_gpu_compute_ratio
+from dpsim.predict.config import SETTINGS, PredictConfig, capped_compute_efficiency, one_gpu_compute_ratio
 from dpsim.predict.layout import (
     check_all_to_all_options,
     check_layout,
@@ -290,6 +291,7 @@ the 4.4 GB/s of one bare-metal CPU thread the socket preset assumes; adding half
 spread the other way."""
 
 
+@checked_arguments("dpsim.predict", config_settings=SETTINGS)
 def predict(config: PredictConfig, *, degradations=(), model: ModelSpec | None = None,
             topology: Topology | None = None) -> Prediction:
     """Predict a data-parallel training step.
@@ -766,6 +768,7 @@ def _memory(config: PredictConfig) -> tuple[MemoryBreakdown, FitAdvice, ModelSpe
     return memory, advice, model, topology
 
 
+@checked_arguments("dpsim.memory_report", config_settings=SETTINGS)
 def memory_report(config: PredictConfig) -> MemoryReport:
     """:func:`memory_for_config` as a result (``dpsim memory``). ``--rack-placement`` cannot change the memory
     per GPU: it is ignored, as ``memory`` ignores every flag that only moves collectives (``--jobs``,

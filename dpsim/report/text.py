@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dpsim import wording
 from dpsim.collectives.ops import CollectiveResult
 from dpsim.memory import with_subpart_rows
 from dpsim.predict.collective import TYPE_BYTES as NCCL_TESTS_TYPE_BYTES
@@ -63,7 +64,7 @@ def prediction_tables(p: Prediction) -> list[Table]:
     """The step, throughput and memory of a prediction as rich tables."""
     cfg = p.config
     device = "CPU ranks" if p.gpu == "cpu" else p.gpu
-    title = (f"{p.model} ({p.param_count / 1e9:.3g} B params) on {p.n_gpus} x {device} "
+    title = (f"{p.model} ({wording.param_count(p.param_count)}) on {p.n_gpus} x {device} "
              f"[{p.topology}, {p.n_nodes} node{'s' if p.n_nodes > 1 else ''}], "
              f"micro-batch {cfg.workload.micro_batch}, {cfg.execution.precision}"
              + (f" + fp8 {cfg.execution.fp8}" if cfg.execution.fp8 else "")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dpsim.api_args import checked_arguments
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_MC_STEPS, check_int, short
+from dpsim.predict.config import SETTINGS
 from dpsim.predict.resolve import resolve
 from dpsim.predict.extrapolate import full_simulation
 from dpsim.predict.run import predict_resolved, refuse_past_full_path, resolve_topology
@@ -93,6 +95,7 @@ def profile_noise_cv(profile: Profile | None) -> tuple[float, str | None]:
     return min(measured, MAX_NOISE_CV), f"calibration profile {profile.name!r} step_time_cv{capped}"
 
 
+@checked_arguments("dpsim.predict_with_variability", config_settings=SETTINGS)
 def predict_with_variability(config, spec: VariabilitySpec, *, steps: int | None = None):
     """(prediction, report): ``predict(config)`` with degraded links, plus step statistics.
 

@@ -58,6 +58,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dpsim.api_args import checked_constructor
 from dpsim.errors import ConfigError
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import (
@@ -118,6 +119,7 @@ class Straggler:
         return f"{self.target}{self.index}:{self.factor:g}x"
 
 
+@checked_constructor("dpsim.VariabilitySpec")
 @frozen_dataclass
 class VariabilitySpec:
     """Everything that makes ranks differ from one another, or steps from one another."""

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import WorkloadError
-from dpsim.files import path_kind, read_text_capped
+from dpsim.files import DuplicateJsonKey, json_object_no_duplicates, path_kind, read_text_capped
 from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_LAYERS
 from dpsim.workload.architectures import GPT2Config, LlamaConfig, window_pattern
@@ -1044,7 +1044,11 @@ def shape_ref_of_config_json(path: str) -> str:
     # Capped and regular files only: a FIFO named x.json blocked the read for ever (a hang, no message).
     text = read_text_capped(file, "--model", WorkloadError, what="transformers config.json")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=json_object_no_duplicates)
+    except DuplicateJsonKey as exc:
+        # A hand-edited file with "hidden_size" twice was read in silence at whichever came last (json's rule, and
+        # transformers'): a 3.7B model planned where the user may have meant the 8B the first line says.
+        raise WorkloadError(f"--model: {path!r}: {exc}; give each key once") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nesting
         raise WorkloadError(f"--model: {path!r} is not a readable JSON configuration ({type(exc).__name__}); "
                             f"expected a transformers config.json") from None
