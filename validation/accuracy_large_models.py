@@ -375,6 +375,13 @@ SYSTEMS = {
     "TorchTitan DeepEP B200 cluster (8x NVIDIA B200 per node, 1-16 nodes; network not stated) (as published)": System(
         name="TorchTitan DeepEP B200", link="dgx-b200",
         assumed="network not stated: a DGX B200's NVSwitch node and 8x 400 Gb/s NDR compute ports (the dgx-b200 preset)"),
+    # Runs dpsim had never seen, 8 (rows R220-R224): the flash-attention repository's GPT-3 125M-2.7B training speed
+    # on "one node with 8 x A100 80GB SXM4 80GB (400W) with NVLink" (Dao-AILab/flash-attention@4a6eaa9f27df
+    # training/README.md line 179); one leave-one-system-out unit.
+    "One node, 8x A100 80GB SXM4 (400W) with NVLink (flash-attention training README, as published; server and switch "
+    "not stated)": System(
+        name="flash-attention A100", link="dgx-a100",
+        assumed="server not stated: a DGX A100-like node (NVSwitch, PCIe 4.0) for the published NVLink"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -403,6 +410,12 @@ STRATEGIES = {
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
     "ddp (Fabric DDPStrategy": ("ddp", ""),  # LitGPT's Thunder extension, --strategy ddp (R218)
     "ddp (one device": ("ddp", ""),  # one GPU, no collective (R219): dp 1
+    "ddp (PyTorch Lightning": ("ddp", ""),  # flash-attention's training scripts, strategy null (R220-R221)
+    # flash-attention's DDPStrategyZero1 (R222-R224): DDP all-reduces the gradients, torch's ZeroRedundancyOptimizer
+    # keeps each rank's AdamW shard and broadcasts the updated parameters (torch.distributed.optim).
+    "zero1 (PyTorch ZeroRedundancyOptimizer": ("zero1", "ZeroRedundancyOptimizer's all-reduce + broadcast as "
+                                                        "ZeRO-1's reduce-scatter + all-gather (the same bytes per rank "
+                                                        "on a ring)"),
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
     "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
     "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
@@ -456,6 +469,8 @@ PRECISIONS = {
     # Lightning Fabric precision="bf16-true" (LitGPT's Thunder extension, R217-R219): the module cast to bf16,
     # AdamW state created from the bf16 parameters, no fp32 master: dpsim's bf16-true exactly.
     "bf16-true (Fabric": "bf16-true",
+    # Lightning precision=bf16 (1.7.7): native torch.autocast(bfloat16), fp32 parameters, gradients and AdamW state.
+    "bf16 autocast (Lightning": "amp-bf16",
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
