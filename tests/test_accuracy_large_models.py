@@ -475,6 +475,28 @@ def test_unseen7_litgpt_memory_against_the_published_peak():
         assert total / (gb * 1e9) == pytest.approx(1.0, abs=0.10), (rid, total / 1e9)
 
 
+def test_unseen8_rows_run_their_published_settings():
+    # flash-attention's GPT-3 training speed (Dao-AILab/flash-attention@4a6eaa9f27df training/README.md lines
+    # 206-212) with the experiment configs of that commit: Lightning DDP for 125M/355M, DDPStrategyZero1 (torch's
+    # ZeroRedundancyOptimizer) from 760M on; precision bf16 = autocast; flash-attn 0.2.2 (FlashAttention 1); no
+    # checkpointing; batch_size at an 80GB A100 (gpu_mem 82) with accumulation = global / (8 x batch_size).
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+    expected = {"R220": ("ddp", 32, 1), "R221": ("ddp", 32, 1), "R222": ("zero1", 16, 2), "R223": ("zero1", 8, 8),
+                "R224": ("zero1", 4, 16)}
+    for rid, (strategy, micro, accum) in expected.items():
+        job = alm.job_of(rows[rid])
+        c = job.config
+        assert (c.parallelism.strategy, c.execution.precision, c.execution.recompute) == (strategy, "amp-bf16", "off")
+        assert (c.workload.micro_batch, c.workload.grad_accum, c.data_parallel) == (micro, accum, 8), rid
+        kernels = {op.kernel for layer in job.model.layers for op in layer.ops if isinstance(op, AttentionOp)}
+        assert kernels == {"flash1"}, rid
+        # the whole node's published tokens/s is eight GPUs' worth
+        assert alm.tokens_per_s_per_gpu(rows[rid], job.model, 8.0) == pytest.approx(1.0), rid
+    assert len({alm.system_of(rows[r]).name for r in ("R220", "R218", "R164")}) == 3
+
+
 def test_llama_gpu_hour_rows_run_llamas_published_setting():
     # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): xformers attention with FlashAttention 1's backward, the
     # outputs of linear layers kept (--recompute op), tensor parallelism with sequence parallelism;
