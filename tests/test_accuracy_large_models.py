@@ -497,6 +497,28 @@ def test_unseen8_rows_run_their_published_settings():
     assert len({alm.system_of(rows[r]).name for r in ("R220", "R218", "R164")}) == 3
 
 
+def test_unseen8_megatron_deepspeed_long_sequence_rows():
+    # microsoft/Megatron-DeepSpeed@cc3a94c63678 examples_deepspeed/deepspeed4science/megatron_long_seq_support:
+    # pretrain_gpt_30B_seq_parallel.sh runs TP 32 with --sequence-parallel over 4 DGX A100-40GB nodes (so across the
+    # network), ZeRO stage 0, --fp16, full checkpointing, --use-flash-attn-triton, batch 1 x 2.
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in [f"R{i}" for i in range(225, 233)]:
+        job = alm.job_of(rows[rid])
+        c = job.config
+        assert (c.parallelism.tp, c.data_parallel, c.parallelism.sequence_parallel) == (32, 1, True), rid
+        assert c.parallelism.tp_across_network and c.execution.recompute == "full", rid
+        assert c.execution.precision == "fp16-params", rid
+        kernels = {op.kernel for layer in job.model.layers for op in layer.ops if isinstance(op, AttentionOp)}
+        assert kernels == {"triton"}, rid
+    # throughput_calculator (megatron/utils.py lines 253-281) by hand for the 2k row: 24 x 4 x L h^2 (1 + s/6h +
+    # V/16Lh) FLOPs a token; 68 TFLOP/s per GPU is then 68e12 over that many tokens/s per GPU.
+    r = rows["R225"]
+    per_token = 24 * 4 * 64 * 6144 ** 2 * (1 + 2048 / (6 * 6144) + 53248 / (16 * 64 * 6144))
+    assert alm.tokens_per_s_per_gpu(r, alm.model_of(r), 68.0) == pytest.approx(68e12 / per_token)
+
+
 def test_llama_gpu_hour_rows_run_llamas_published_setting():
     # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): xformers attention with FlashAttention 1's backward, the
     # outputs of linear layers kept (--recompute op), tensor parallelism with sequence parallelism;
