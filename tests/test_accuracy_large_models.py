@@ -495,6 +495,50 @@ def test_unseen7_litgpt_memory_against_the_published_peak():
         assert total / (gb * 1e9) == pytest.approx(1.0, abs=0.10), (rid, total / 1e9)
 
 
+def test_unseen8_rows_run_their_published_settings():
+    # flash-attention's GPT-3 training speed (Dao-AILab/flash-attention@4a6eaa9f27df training/README.md lines
+    # 206-212) with the experiment configs of that commit: Lightning DDP for 125M/355M, DDPStrategyZero1 (torch's
+    # ZeroRedundancyOptimizer) from 760M on; precision bf16 = autocast; flash-attn 0.2.2 (FlashAttention 1); no
+    # checkpointing; batch_size at an 80GB A100 (gpu_mem 82) with accumulation = global / (8 x batch_size).
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+    expected = {"R220": ("ddp", 32, 1), "R221": ("ddp", 32, 1), "R222": ("zero1", 16, 2), "R223": ("zero1", 8, 8),
+                "R224": ("zero1", 4, 16)}
+    for rid, (strategy, micro, accum) in expected.items():
+        job = alm.job_of(rows[rid])
+        c = job.config
+        assert (c.parallelism.strategy, c.execution.precision, c.execution.recompute) == (strategy, "amp-bf16", "off")
+        assert (c.workload.micro_batch, c.workload.grad_accum, c.data_parallel) == (micro, accum, 8), rid
+        kernels = {op.kernel for layer in job.model.layers for op in layer.ops if isinstance(op, AttentionOp)}
+        assert kernels == {"flash1"}, rid
+        # the whole node's published tokens/s is eight GPUs' worth
+        assert alm.tokens_per_s_per_gpu(rows[rid], job.model, 8.0) == pytest.approx(1.0), rid
+    assert len({alm.system_of(rows[r]).name for r in ("R220", "R218", "R164")}) == 3
+
+
+def test_unseen8_megatron_deepspeed_long_sequence_rows():
+    # microsoft/Megatron-DeepSpeed@cc3a94c63678 examples_deepspeed/deepspeed4science/megatron_long_seq_support:
+    # pretrain_gpt_30B_seq_parallel.sh runs TP 32 with --sequence-parallel over 4 DGX A100-40GB nodes (so across the
+    # network), ZeRO stage 0, --fp16, full checkpointing, --use-flash-attn-triton, batch 1 x 2.
+    from dpsim.workload.spec import AttentionOp
+
+    rows = {r["id"]: r for r in alm.rows()}
+    for rid in [f"R{i}" for i in range(225, 233)]:
+        job = alm.job_of(rows[rid])
+        c = job.config
+        assert (c.parallelism.tp, c.data_parallel, c.parallelism.sequence_parallel) == (32, 1, True), rid
+        assert c.parallelism.tp_across_network and c.execution.recompute == "full", rid
+        assert c.execution.precision == "fp16-params", rid
+        kernels = {op.kernel for layer in job.model.layers for op in layer.ops if isinstance(op, AttentionOp)}
+        assert kernels == {"triton"}, rid
+    # throughput_calculator (megatron/utils.py lines 253-281) by hand for the 2k row: 24 x 4 x L h^2 (1 + s/6h +
+    # V/16Lh) FLOPs a token; 68 TFLOP/s per GPU is then 68e12 over that many tokens/s per GPU.
+    r = rows["R225"]
+    per_token = 24 * 4 * 64 * 6144 ** 2 * (1 + 2048 / (6 * 6144) + 53248 / (16 * 64 * 6144))
+    assert alm.tokens_per_s_per_gpu(r, alm.model_of(r), 68.0) == pytest.approx(68e12 / per_token)
+
+
 def test_llama_gpu_hour_rows_run_llamas_published_setting():
     # LLaMA-1 (arXiv:2302.13971 Sec. 2.4): xformers attention with FlashAttention 1's backward, the
     # outputs of linear layers kept (--recompute op), tensor parallelism with sequence parallelism;

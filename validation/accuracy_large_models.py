@@ -375,6 +375,21 @@ SYSTEMS = {
     "TorchTitan DeepEP B200 cluster (8x NVIDIA B200 per node, 1-16 nodes; network not stated) (as published)": System(
         name="TorchTitan DeepEP B200", link="dgx-b200",
         assumed="network not stated: a DGX B200's NVSwitch node and 8x 400 Gb/s NDR compute ports (the dgx-b200 preset)"),
+    # Runs dpsim had never seen, 8 (rows R220-R224): the flash-attention repository's GPT-3 125M-2.7B training speed
+    # on "one node with 8 x A100 80GB SXM4 80GB (400W) with NVLink" (Dao-AILab/flash-attention@4a6eaa9f27df
+    # training/README.md line 179); one leave-one-system-out unit.
+    "One node, 8x A100 80GB SXM4 (400W) with NVLink (flash-attention training README, as published; server and switch "
+    "not stated)": System(
+        name="flash-attention A100", link="dgx-a100",
+        assumed="server not stated: a DGX A100-like node (NVSwitch, PCIe 4.0) for the published NVLink"),
+    # Megatron-DeepSpeed's long-sequence table (rows R225-R232): GPT 30B, TP 32 with sequence parallelism over "4
+    # NVIDIA DGX A100-40GB nodes, connected through 8 HDR InfiniBand (200Gb/s per HDR)" (microsoft/Megatron-DeepSpeed
+    # @cc3a94c63678 examples_deepspeed/deepspeed4science/megatron_long_seq_support/README.md line 90); one unit.
+    "4 NVIDIA DGX A100-40GB nodes, 8 HDR InfiniBand (200Gb/s per HDR) per node (Megatron-DeepSpeed long-sequence "
+    "README, as published)": System(
+        name="Megatron-DeepSpeed DGX A100-40GB", link="dgx-a100",
+        assumed="the dgx-a100 preset (NVSwitch, 8x 200 Gb/s HDR per node, as published) with the a100-40gb GPU; "
+                "the fabric's switch topology not stated"),
 }
 """Each ``system`` value of the dense rows -> how dpsim is told it."""
 
@@ -403,6 +418,14 @@ STRATEGIES = {
     "fsdp (Fabric": ("fsdp", "Fabric's default sharding as FULL_SHARD"),
     "ddp (Fabric DDPStrategy": ("ddp", ""),  # LitGPT's Thunder extension, --strategy ddp (R218)
     "ddp (one device": ("ddp", ""),  # one GPU, no collective (R219): dp 1
+    "ddp (PyTorch Lightning": ("ddp", ""),  # flash-attention's training scripts, strategy null (R220-R221)
+    # flash-attention's DDPStrategyZero1 (R222-R224): DDP all-reduces the gradients, torch's ZeroRedundancyOptimizer
+    # keeps each rank's AdamW shard and broadcasts the updated parameters (torch.distributed.optim).
+    "zero1 (PyTorch ZeroRedundancyOptimizer": ("zero1", "ZeroRedundancyOptimizer's all-reduce + broadcast as "
+                                                        "ZeRO-1's reduce-scatter + all-gather (the same bytes per rank "
+                                                        "on a ring)"),
+    # Megatron-DeepSpeed at ZeRO stage 0 with data-parallel size 1 (R225-R232): no gradient reduction at all.
+    "DeepSpeed ZeRO stage 0": ("ddp", "DeepSpeed's stage-0 engine as DDP (unsharded; one replica, nothing reduced)"),
     "zero3": ("zero3", ""),  # DeepSpeed ZeRO-3 (EasyContext's accelerate + zero3_offload.json)
     "distributed optimizer (ZeRO-1-like)": ("zero1", ""),  # Megatron-Core's distributed optimizer
     "megatron fsdp": ("fsdp", "Megatron-FSDP as the layout path's fsdp (parameters gathered once per step)"),
@@ -456,6 +479,8 @@ PRECISIONS = {
     # Lightning Fabric precision="bf16-true" (LitGPT's Thunder extension, R217-R219): the module cast to bf16,
     # AdamW state created from the bf16 parameters, no fp32 master: dpsim's bf16-true exactly.
     "bf16-true (Fabric": "bf16-true",
+    # Lightning precision=bf16 (1.7.7): native torch.autocast(bfloat16), fp32 parameters, gradients and AdamW state.
+    "bf16 autocast (Lightning": "amp-bf16",
     "bf16": "bf16-params",  # the float8 blog's bf16 baseline (FSDP2 bf16 params)
 }
 """The row's ``precision`` (by its start; first match) -> ``--precision``."""
@@ -964,6 +989,10 @@ def job_of(row: dict, *, compute_efficiency: float | None = None) -> Job:
         if tp > 1 and (moe or "sp" in features):
             # Megatron-Core requires it with MoE and tensor parallelism; a dense row states it ("sp")
             kw["sequence_parallel"] = True
+        if tp > int(row["gpus_per_node"]):
+            # The row ran its tensor-parallel group across servers (Megatron-DeepSpeed's TP 32 on 4 DGX A100 nodes,
+            # R225-R232): dpsim refuses that unless told it is meant.
+            kw["tp_across_network"] = True
         if "tp-comm-overlap" in features:  # TransformerEngine's --tp-comm-overlap (userbuffers)
             kw["tp_comm_overlap"] = "full"
         if ("--no-gradient-accumulation-fusion" in row["notes"]
@@ -1146,11 +1175,27 @@ MFU_PALM_UNIT = "% MFU (PaLM count)"
 (:func:`common_flops_per_token`, the same count)."""
 
 
+MDS_TFLOPS_UNIT = "TFLOP/s per GPU (Megatron-DeepSpeed throughput_calculator)"
+"""Megatron-DeepSpeed's logged TFLOPs (microsoft/Megatron-DeepSpeed@cc3a94c63678 megatron/utils.py
+throughput_calculator, lines 253-281, printed by megatron/training.py line 1047): Narayanan et al.'s
+Eq. 3 (arXiv:2104.04473 Sec. 5.1) per token, 24 x factor x layers x hidden^2 x (1 + seq/(6 hidden) +
+padded vocab/(16 layers hidden)), factor 4 with --checkpoint-activations (3 without), over the GPUs."""
+
+
+def megatron_deepspeed_flops_per_token(row: dict) -> float:
+    """:data:`MDS_TFLOPS_UNIT`'s FLOPs per token (the row's padded vocabulary)."""
+    layers, hidden, seq, vocab = (int(row[k]) for k in ("layers", "hidden", "seq_len", "vocab"))
+    factor = 4 if row["activation_checkpointing"].startswith("full") else 3
+    return 24.0 * factor * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
 def to_published_unit(row: dict, model: ModelSpec, tokens_per_s_per_gpu: float) -> float:
     """Tokens/s per GPU in the row's published unit (every kind of row, in one place)."""
     unit = row["unit"]
     if unit == "tokens/s per GPU":
         return tokens_per_s_per_gpu
+    if unit == MDS_TFLOPS_UNIT:
+        return tokens_per_s_per_gpu * megatron_deepspeed_flops_per_token(row) / 1e12
     if unit == "TFLOP/s per GPU" and row["framework"].startswith("Megatron"):
         return tokens_per_s_per_gpu * megatron_flops_per_token(row, model) / 1e12
     if unit == "TFLOP/s per GPU":  # MaxText's own count
