@@ -41,6 +41,13 @@ MAX_EXTRAPOLATED_MICRO_BATCHES = 1 << 30
 grow with the micro-batches: ~0.1-0.5 s for any count here). ASSUMED: 1,073,741,824 is far above any training
 job's (Llama 3 405B's 16M-token batch of 8,192-token samples is 2,048 sequences) and keeps the extrapolation's
 ``m x increment`` ~1e-7 of a float's range of exact integers."""
+MAX_GLOBAL_BATCH = 1 << 30
+"""Samples per optimizer step (``--global-batch``). It was every count's :data:`MAX_GPUS` (1,048,576) while
+``predict`` simulated every micro-batch; now that a step past 512 micro-batches costs its sampled counts
+(:mod:`dpsim.predict.extrapolate`), ``plan`` at a global batch of 16M samples (16,777,216) costs what it does at
+1M, and ``--grad-accum`` already reached :data:`MAX_EXTRAPOLATED_MICRO_BATCHES` micro-batches. ASSUMED: the same
+1,073,741,824, far above any training job's batch; the micro-batches per replica it gives stay bounded by
+:data:`MAX_EXTRAPOLATED_MICRO_BATCHES` (the config's own check)."""
 MAX_GRAD_ACCUM = MAX_EXTRAPOLATED_MICRO_BATCHES
 """Micro-batches per optimizer step (``--grad-accum``): past :data:`MAX_SIMULATED_MICRO_BATCHES` (x ``--steps``)
 only where ``predict`` extrapolates (the config's own check refuses the rest, naming that limit)."""

@@ -132,3 +132,17 @@ def test_too_many_steps_for_the_sampled_counts_keeps_the_old_limit():
     with pytest.raises(ConfigError, match="layouts with more micro-batches per replica than predict simulates"):
         plan_layouts(_base(micro_batch=1, steps=steps), gpus=[8], global_batch=BIG, tps=[1], pps=[1],
                      strategies=["ddp"], micro_batches=[1], recomputes=["off"], verify=0)
+
+
+def test_a_global_batch_of_16m_samples_is_taken_and_the_limit_named_past_its_own():
+    """The global batch was capped at every count's 1,048,576 while each micro-batch was simulated; a plan of
+    16,777,216 samples now costs what 1,048,576 does (dpsim/limits.py MAX_GLOBAL_BATCH)."""
+    from dpsim.limits import MAX_GLOBAL_BATCH
+
+    config = PredictConfig(model="gpt2", gpus=16, link="infiniband", micro_batch=1, global_batch=1 << 24)
+    assert config.micro_batches == 1 << 20 and extrapolates(config)
+    small = predict(PredictConfig(model="gpt2", gpus=16, link="infiniband", micro_batch=1, global_batch=1 << 20))
+    assert predict(config).step_time_s > 15 * small.step_time_s
+    with pytest.raises(ConfigError, match=f"--global-batch: {MAX_GLOBAL_BATCH + 1} is not valid; expected an integer "
+                                          f">= 1 and <= {MAX_GLOBAL_BATCH:,}"):
+        PredictConfig(model="gpt2", gpus=16, link="infiniband", global_batch=MAX_GLOBAL_BATCH + 1)
