@@ -66,7 +66,11 @@ to 3,333 micro-batches x 3 steps each and ran 293 s (2026-12-07, loaded 2-core m
 there (the pipeline engine plus building its program; more under load), so 40,000 slots are ~3-13 s. Counted,
 not timed, so one search simulates the same layouts on every machine. The first layout that would
 pass it ends the simulation (``stopped_by`` ``work``), as ``--verify`` does: the rest are ranked by their
-estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it."""
+estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it. Past 512
+micro-batches per replica a prediction simulates four sampled counts (:mod:`dpsim.predict.extrapolate`), and
+that is what is counted (a data-parallel layout: 32 + 33 + 34 + 64 micro-batches x 3 steps, whatever its count):
+the same search then simulates 19 layouts, the whole plan taking ~3.5 CPU s at 1M or 16M samples
+(tests/benchmarks/bench_plan_speed.py --extrapolation, 2026-12-08, loaded 2-core machine)."""
 MAX_LAYERS = 1024
 """Blocks of a transformer given by its shape (``transformer:layers=``, or a transformers config read as one).
 The deepest transformers trained have 1,000 layers (Wang et al., "DeepNet: Scaling Transformers to 1,000
