@@ -41,6 +41,13 @@ MAX_EXTRAPOLATED_MICRO_BATCHES = 1 << 30
 grow with the micro-batches: ~0.1-0.5 s for any count here). ASSUMED: 1,073,741,824 is far above any training
 job's (Llama 3 405B's 16M-token batch of 8,192-token samples is 2,048 sequences) and keeps the extrapolation's
 ``m x increment`` ~1e-7 of a float's range of exact integers."""
+MAX_GLOBAL_BATCH = 1 << 30
+"""Samples per optimizer step (``--global-batch``). It was every count's :data:`MAX_GPUS` (1,048,576) while
+``predict`` simulated every micro-batch; now that a step past 512 micro-batches costs its sampled counts
+(:mod:`dpsim.predict.extrapolate`), ``plan`` at a global batch of 16M samples (16,777,216) costs what it does at
+1M, and ``--grad-accum`` already reached :data:`MAX_EXTRAPOLATED_MICRO_BATCHES` micro-batches. ASSUMED: the same
+1,073,741,824, far above any training job's batch; the micro-batches per replica it gives stay bounded by
+:data:`MAX_EXTRAPOLATED_MICRO_BATCHES` (the config's own check)."""
 MAX_GRAD_ACCUM = MAX_EXTRAPOLATED_MICRO_BATCHES
 """Micro-batches per optimizer step (``--grad-accum``): past :data:`MAX_SIMULATED_MICRO_BATCHES` (x ``--steps``)
 only where ``predict`` extrapolates (the config's own check refuses the rest, naming that limit)."""
@@ -59,7 +66,11 @@ to 3,333 micro-batches x 3 steps each and ran 293 s (2026-12-07, loaded 2-core m
 there (the pipeline engine plus building its program; more under load), so 40,000 slots are ~3-13 s. Counted,
 not timed, so one search simulates the same layouts on every machine. The first layout that would
 pass it ends the simulation (``stopped_by`` ``work``), as ``--verify`` does: the rest are ranked by their
-estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it."""
+estimates. The searches of issue 28 (405B and DeepSeek-V3 on 16,384 GPUs) stay far below it. Past 512
+micro-batches per replica a prediction simulates four sampled counts (:mod:`dpsim.predict.extrapolate`), and
+that is what is counted (a data-parallel layout: 32 + 33 + 34 + 64 micro-batches x 3 steps, whatever its count):
+the same search then simulates 19 layouts, the whole plan taking ~3.5 CPU s at 1M or 16M samples
+(tests/benchmarks/bench_plan_speed.py --extrapolation, 2026-12-08, loaded 2-core machine)."""
 MAX_LAYERS = 1024
 """Blocks of a transformer given by its shape (``transformer:layers=``, or a transformers config read as one).
 The deepest transformers trained have 1,000 layers (Wang et al., "DeepNet: Scaling Transformers to 1,000

@@ -25,9 +25,11 @@ from tests.fuzz_harness import refused, run_cli
 def test_a_sweep_of_heavy_points_is_refused_before_any_runs():
     """Before: only the point count was bounded (100,000), so 1,000 points of 3,000 micro-batches each (gpt2-xl,
     ~2-6 s a point: about an hour) started running; 100,000 of them would take days. Now the grid's simulation
-    work is counted before the first point and refused in one line naming the axes, the points and the limit."""
-    spec = SweepSpec.from_grid({"gpus": [8, 16, 32, 64], "micro_batch": list(range(1, 251)), "grad_accum": 3000,
-                                "steps": 1})
+    work is counted before the first point and refused in one line naming the axes, the points and the limit.
+    Since predict extrapolates past 512 micro-batches (dpsim/predict/extrapolate.py) a point of 3,000 costs its
+    four sampled counts (~0.13 s), so the grid refused here is of 500 micro-batches x 3 steps, every one simulated."""
+    grid = {"gpus": [8, 16, 32, 64], "micro_batch": list(range(1, 251)), "grad_accum": 500, "steps": 3}
+    spec = SweepSpec.from_grid(grid)
 
     def ran(n: int) -> None:
         raise AssertionError("a point ran before the grid's work was checked")
@@ -42,6 +44,8 @@ def test_a_sweep_of_heavy_points_is_refused_before_any_runs():
     from dpsim.plan.sweep import sweep_work
     small = SweepSpec.from_grid({"gpus": [8, 16]})
     assert sweep_work(small, small.configs()) < 200
+    extrapolated = SweepSpec.from_grid({**grid, "grad_accum": 3000, "steps": 1})  # 2.5e7 slots as counted before: 1.4e6 now
+    assert sweep_work(extrapolated, extrapolated.configs()) < 2e6
 
 
 # --- 2. a single number as a one-value search axis ------------------------------------------------------------------

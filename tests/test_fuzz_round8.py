@@ -271,19 +271,22 @@ def test_builder_file_that_is_not_a_regular_file_is_named_so(tmp_path, capsys):
 def test_plan_leaves_out_layouts_predict_cannot_simulate(capsys):
     """Before: plan --global-batch 1048576 on 16 GPUs ended in predict's "--global-batch: 1,048,576 gives 65,536
     micro-batches per replica x --steps 3 ... (raise --micro-batch or lower --steps)", flags plan does not have,
-    and no layout at all; the data-parallel-only layouts past the limit are left out, the pipelines ranked."""
+    and no layout at all; then the data-parallel-only layouts past the limit were left out, the pipelines ranked.
+    Since predict extrapolates a steady state past 512 micro-batches (dpsim/predict/extrapolate.py) they are
+    ranked too, and the search with --pp 1 --tp 1 once refused "leaves no layout" lists them (the refusal is
+    left to a job whose sampled counts pass the limit: tests/test_plan_extrapolated_predictions.py)."""
     args = ["plan", "--model", "gpt2", "--gpus", "16", "--link", "infiniband", "--global-batch", "1048576",
             "--verify", "0", "--json"]
     outcome = run_cli(args, capsys)
     check_outcome(outcome, args, "ok")
     rows = json.loads(outcome.out)["layouts"]
-    assert rows and all(row["tp"] * row["pp"] * row["cp"] * row["ep"] > 1
-                        or row["micro_batch"] * row["dp"] * 10_000 >= 1048576 * 3 for row in rows)
+    assert rows and any(row["tp"] * row["pp"] * row["cp"] * row["ep"] == 1
+                        and row["micro_batch"] * row["dp"] * 10_000 < 1048576 * 3 for row in rows)
     args = ["plan", "--model", "gpt2", "--gpus", "8", "--link", "nvlink", "--global-batch", "1048576", "--verify", "0",
-            "--pp", "1", "--tp", "1"]
-    check_outcome(run_cli(args, capsys), args, "error",
-                  ("leaves no layout", "layouts with more micro-batches per replica than predict simulates are left "
-                                       "out"))
+            "--pp", "1", "--tp", "1", "--json"]
+    outcome = run_cli(args, capsys)
+    check_outcome(outcome, args, "ok")
+    assert json.loads(outcome.out)["layouts"]
 
 
 def test_goodput_api_variability_without_tokens_names_what_the_spec_sets():

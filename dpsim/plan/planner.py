@@ -126,6 +126,7 @@ from dpsim.predict.config import (
     flag_scale,
     plain_number,
 )
+from dpsim.predict.extrapolate import EXTRAPOLATE_ABOVE, extrapolated_counts
 from dpsim.predict.layout import (
     _heads,
     check_experts,
@@ -1405,9 +1406,14 @@ class Planner:
                             # Past predict's simulation limits (PredictConfig refuses them: the engine plays
                             # every micro-batch): plan --global-batch 1048576 on 16 GPUs ended in predict's
                             # "--global-batch ... (raise --micro-batch or lower --steps)", flags plan has not.
+                            # A layout whose prediction extrapolates its steady state (a few counts simulated,
+                            # dpsim/predict/extrapolate.py) is kept past them, as PredictConfig takes it.
                             chunks = 2 if schedule == "dualpipe" else v
                             if (m * self.base.workload.steps > MAX_SIMULATED_MICRO_BATCHES if not sharded
-                                    else pp * chunks * m > MAX_PIPELINE_SLOTS):
+                                    else pp * chunks * m > MAX_PIPELINE_SLOTS) and extrapolated_counts(
+                                        m, layout=sharded, pp=pp, schedule=schedule, virtual_stages=v,
+                                        steps=self.base.workload.steps,
+                                        input_rate=bool(self.base.workload.input_samples_per_s)) is None:
                                 self.too_long += 1
                                 continue
                             # DualPipe pairs a forward chunk with a backward one to hide the expert-parallel
@@ -2931,21 +2937,30 @@ def dualpipe_extrapolated(replay: Callable[[int], tuple[list[float], list[list[f
 def simulation_work(planner: Planner, c: Candidate) -> float:
     """What simulating ``c`` (its ``predict``) costs, in pipeline slots (:data:`VERIFY_WORK`): with a layout,
     its stages x chunks x micro-batches (the pipeline engine plays one step); with data parallelism alone,
-    its micro-batches x ``--steps`` x the model's layers, weighted by :data:`DP_WORK_PER_LAYER`."""
+    its micro-batches x ``--steps`` x the model's layers, weighted by :data:`DP_WORK_PER_LAYER`; the
+    micro-batches being the few an extrapolated prediction simulates (:func:`predict_work`)."""
     return predict_work(layout=c.sharded, pp=c.pp, schedule=c.schedule, virtual_stages=c.virtual_stages,
                         micro_batches=c.global_batch // (c.micro_batch * c.dp), strategy=c.strategy,
-                        steps=planner.base.workload.steps, layers=len(planner.model.layers))
+                        steps=planner.base.workload.steps, layers=len(planner.model.layers),
+                        input_rate=bool(planner.base.workload.input_samples_per_s))
 
 
 def predict_work(*, layout: bool, pp: int, schedule: str, virtual_stages: int, micro_batches: int, strategy: str,
-                 steps: int, layers: int) -> float:
+                 steps: int, layers: int, input_rate: bool = False) -> float:
     """One prediction's simulation cost in pipeline slots, the one count ``plan`` (:func:`simulation_work`) and
     ``sweep`` (:func:`dpsim.plan.sweep.point_work`) bound: with a layout, stages x chunks x micro-batches (the
     pipeline engine plays one step); with data parallelism alone, micro-batches x ``steps`` x layers, weighted
-    by :data:`DP_WORK_PER_LAYER`."""
+    by :data:`DP_WORK_PER_LAYER`. The micro-batches are those simulated: where the prediction extrapolates its
+    steady state (:func:`~dpsim.predict.extrapolate.extrapolated_counts`; ``input_rate``: a data loader's rate
+    is set, which keeps every micro-batch) the four sampled counts' sum, whatever ``micro_batches`` is, as
+    the prediction's cost is (a 16M-sample sweep point was refused, or plan's verification stopped, for work
+    it never does)."""
+    counts = extrapolated_counts(micro_batches, layout=layout, pp=pp, schedule=schedule,
+                                 virtual_stages=virtual_stages, steps=steps, input_rate=input_rate)
+    simulated = micro_batches if counts is None else sum(counts)
     if layout:
-        return float(pp * (2 if schedule == "dualpipe" else virtual_stages) * micro_batches)
-    return micro_batches * steps * layers * DP_WORK_PER_LAYER.get(strategy, DP_WORK_PER_LAYER_SHARDED)
+        return float(pp * (2 if schedule == "dualpipe" else virtual_stages) * simulated)
+    return simulated * steps * layers * DP_WORK_PER_LAYER.get(strategy, DP_WORK_PER_LAYER_SHARDED)
 
 
 def _verify(planner: Planner, base: PredictConfig, fitting: list[Estimate], *, rank_by: str, verify: int,
@@ -3070,7 +3085,9 @@ def _too_long(planner: Planner) -> str:
         return ""
     return (f"; layouts with more micro-batches per replica than predict simulates are left out (micro-batches "
             f"x steps at most {MAX_SIMULATED_MICRO_BATCHES:,} without a pipeline, stages x chunks x micro-batches at "
-            f"most {MAX_PIPELINE_SLOTS:,} with one): a smaller global batch or more GPUs")
+            f"most {MAX_PIPELINE_SLOTS:,} with one; past {EXTRAPOLATE_ABOVE} micro-batches a steady state is "
+            f"extrapolated from a few instead, but not with a data loader's rate, nor where those few pass the "
+            f"limit): a smaller global batch, more GPUs or fewer steps")
 
 
 def _never_done_message(fitting: list[Estimate], failures: FailureInputs) -> str:

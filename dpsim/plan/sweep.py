@@ -211,12 +211,14 @@ def point_work(config: PredictConfig, layers: Callable[[str], int]) -> float:
     """What predicting ``config`` costs, in pipeline slots (:data:`~dpsim.limits.MAX_SWEEP_WORK`), counted as
     ``plan`` counts a layout's simulation (:func:`~dpsim.plan.planner.simulation_work`): with a layout, stages x
     chunks x micro-batches (one step is played); with data parallelism alone, micro-batches x steps x the model's
-    layers (``layers(model)``) x the strategy's weight; plus :data:`~dpsim.limits.SWEEP_POINT_WORK`."""
+    layers (``layers(model)``) x the strategy's weight (the micro-batches simulated: an extrapolated
+    prediction's few sampled counts); plus :data:`~dpsim.limits.SWEEP_POINT_WORK`."""
     p = config.parallelism
     return SWEEP_POINT_WORK + predict_work(
         layout=p.layout_active, pp=p.pp, schedule=p.schedule, virtual_stages=p.virtual_stages,
         micro_batches=config.micro_batches, strategy=p.strategy, steps=config.workload.steps,
-        layers=0 if p.layout_active else layers(config.workload.model))
+        layers=0 if p.layout_active else layers(config.workload.model),
+        input_rate=bool(config.workload.input_samples_per_s))
 
 
 def sweep_work(spec: SweepSpec, configs: Sequence[PredictConfig | None]) -> float:

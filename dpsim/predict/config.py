@@ -50,6 +50,7 @@ from dpsim.limits import (
     MAX_SEQ_LEN,
     MAX_SIMULATED_MICRO_BATCHES,
     MAX_EXTRAPOLATED_MICRO_BATCHES,
+    MAX_GLOBAL_BATCH,
     MAX_SINGLE_GPU_STEP_S,
     MAX_STEPS,
     MAX_TEXT_CHARS,
@@ -256,7 +257,7 @@ class WorkloadConfig:
     """Samples per GPU per micro-batch."""
     grad_accum: int = field(default=1, metadata=_count(MAX_GRAD_ACCUM))
     """Micro-batches per optimizer step (gradient accumulation)."""
-    global_batch: int | None = field(default=None, metadata=_count())
+    global_batch: int | None = field(default=None, metadata=_count(MAX_GLOBAL_BATCH))
     """Samples per optimizer step over all replicas; sets the micro-batches per step to
     global-batch / (micro-batch x data-parallel replicas). Left out: --grad-accum micro-batches."""
     optimizer: Optimizer = "adamw"

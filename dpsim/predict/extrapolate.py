@@ -92,19 +92,27 @@ def period(config) -> int:
     (Megatron runs them in groups of ``pp``, and ``m`` is a multiple of it), DualPipe's pair (one micro-batch
     each way; ``m`` is even), one otherwise."""
     par = config.parallelism
-    if not par.layout_active:
+    return _period(layout=par.layout_active, pp=par.pp, schedule=par.schedule, virtual_stages=par.virtual_stages)
+
+
+def _period(*, layout: bool, pp: int, schedule: str, virtual_stages: int) -> int:
+    if not layout:
         return 1
-    if par.schedule == "dualpipe":
+    if schedule == "dualpipe":
         return 2
-    return par.pp if par.virtual_stages > 1 else 1
+    return pp if virtual_stages > 1 else 1
 
 
 def chunks_of(config) -> int:
     """Chunks per stage: DualPipe's two, else ``--virtual-stages`` (1 without a layout)."""
     par = config.parallelism
-    if not par.layout_active:
+    return _chunks(layout=par.layout_active, schedule=par.schedule, virtual_stages=par.virtual_stages)
+
+
+def _chunks(*, layout: bool, schedule: str, virtual_stages: int) -> int:
+    if not layout:
         return 1
-    return 2 if par.schedule == "dualpipe" else par.virtual_stages
+    return 2 if schedule == "dualpipe" else virtual_stages
 
 
 def sample_counts(config) -> tuple[int, int, int, int] | None:
@@ -112,11 +120,23 @@ def sample_counts(config) -> tuple[int, int, int, int] | None:
     or ``None`` where all ``m`` are simulated: ``m`` at most :data:`EXTRAPOLATE_ABOVE` or under
     :data:`SPARSE_FACTOR` times the counts, a data loader's rate (``--input-samples-per-s``: the step is the
     larger of two lines, which may cross past the counts), or :func:`full_simulation` in force."""
-    if forced_full() or config.workload.input_samples_per_s:
+    if config.workload.input_samples_per_s:
         return None
-    m, d = config.micro_batches, period(config)
-    p = config.parallelism.pp if config.parallelism.layout_active else 1
-    a = max(WARMUP_MICRO_BATCHES, 4 * p * chunks_of(config))
+    par = config.parallelism
+    return counts_for(config.micro_batches, layout=par.layout_active, pp=par.pp, schedule=par.schedule,
+                      virtual_stages=par.virtual_stages)
+
+
+def counts_for(m: int, *, layout: bool, pp: int, schedule: str, virtual_stages: int
+               ) -> tuple[int, int, int, int] | None:
+    """:func:`sample_counts` of a job of ``m`` micro-batches per replica laid out so (``layout``: a pipeline or
+    model-parallel layout is active), without a data loader's rate: ``plan`` and ``sweep`` count a layout's
+    work from these numbers before any config is built (:func:`dpsim.plan.planner.predict_work`)."""
+    if forced_full():
+        return None
+    d = _period(layout=layout, pp=pp, schedule=schedule, virtual_stages=virtual_stages)
+    p = pp if layout else 1
+    a = max(WARMUP_MICRO_BATCHES, 4 * p * _chunks(layout=layout, schedule=schedule, virtual_stages=virtual_stages))
     a = -(-a // d) * d + (m % d)
     e = a + d * -(-a // d)
     if m <= EXTRAPOLATE_ABOVE or m < SPARSE_FACTOR * (3 * a + 3 * d + e):
@@ -157,11 +177,33 @@ def sample_work_ok(config, counts) -> bool:
     """The counts an extrapolation simulates, counted as the full path's limit counts work: micro-batches x
     ``--steps`` within :data:`~dpsim.limits.MAX_SIMULATED_MICRO_BATCHES` without a layout, stages x chunks x
     micro-batches within :data:`~dpsim.limits.MAX_PIPELINE_SLOTS` with one."""
+    par = config.parallelism
+    return counts_work_ok(counts, config.micro_batches, layout=par.layout_active, pp=par.pp, schedule=par.schedule,
+                          virtual_stages=par.virtual_stages, steps=config.workload.steps)
+
+
+def counts_work_ok(counts, m: int, *, layout: bool, pp: int, schedule: str, virtual_stages: int, steps: int) -> bool:
+    """:func:`sample_work_ok` of a layout's numbers (:func:`counts_for`)."""
     total = sum(counts)
-    if config.parallelism.layout_active:
-        return config.parallelism.pp * chunks_of(config) * total <= MAX_PIPELINE_SLOTS
-    return config.workload.steps * total <= MAX_SIMULATED_MICRO_BATCHES and \
-        config.micro_batches <= MAX_EXTRAPOLATED_MICRO_BATCHES
+    if layout:
+        return pp * _chunks(layout=layout, schedule=schedule, virtual_stages=virtual_stages) * total \
+            <= MAX_PIPELINE_SLOTS
+    return steps * total <= MAX_SIMULATED_MICRO_BATCHES and m <= MAX_EXTRAPOLATED_MICRO_BATCHES
+
+
+def extrapolated_counts(m: int, *, layout: bool, pp: int, schedule: str, virtual_stages: int, steps: int,
+                        input_rate: bool = False) -> tuple[int, int, int, int] | None:
+    """The counts a prediction of these numbers simulates where :func:`extrapolates` holds for it (its steady
+    state repeating), else ``None`` (every micro-batch is simulated): what ``plan`` keeps past the full
+    path's limit and what ``plan`` and ``sweep`` count as its work (``input_rate``: a data loader's
+    ``--input-samples-per-s`` is set)."""
+    if input_rate:
+        return None
+    counts = counts_for(m, layout=layout, pp=pp, schedule=schedule, virtual_stages=virtual_stages)
+    if counts is None or not counts_work_ok(counts, m, layout=layout, pp=pp, schedule=schedule,
+                                            virtual_stages=virtual_stages, steps=steps):
+        return None
+    return counts
 
 
 def at_micro_batches(config, n: int):

@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpsim.limits import VERIFY_WORK
+from dpsim.predict.extrapolate import EXTRAPOLATE_ABOVE
 from dpsim.predict.provenance import gpu_link_warnings
 from dpsim.units import format_bytes, format_bytes_against, format_seconds
 
@@ -159,8 +160,11 @@ def _verification_line(result) -> str:
     why = {"bound": "no other estimate could beat the best simulated one",
            "count": "--verify reached", "time": "--verify-seconds reached",
            # Named with its size: what the user changes to get the next layouts simulated.
+           # Past 512 micro-batches per replica a prediction simulates a few sampled counts whatever the
+           # batch (dpsim/predict/extrapolate.py): fewer micro-batches help only below that.
            "work": f"the next would pass the simulation budget of {VERIFY_WORK:,.0f} pipeline slots, stages x "
-                   f"chunks x micro-batches: a smaller global batch or more GPUs have fewer micro-batches",
+                   f"chunks x micro-batches simulated: a smaller global batch or more GPUs have fewer micro-batches "
+                   f"(past {EXTRAPOLATE_ABOVE} per replica, a few sampled ones whatever the batch)",
            "none": "--verify 0" if result.ranked else
            "nothing within --budget-usd" if result.counts.get("over_budget") else "nothing fits"}[v["stopped_by"]]
     left = v["within_bound"] - v["simulated"]
