@@ -39,8 +39,8 @@ MAX_EXTRAPOLATED_MICRO_BATCHES = 1 << 30
 (:mod:`dpsim.predict.extrapolate`; there, the counts it does simulate are bounded by
 :data:`MAX_SIMULATED_MICRO_BATCHES` and :data:`MAX_PIPELINE_SLOTS` as the full path's are, and its cost does not
 grow with the micro-batches: ~0.1-0.5 s for any count here). ASSUMED: 1,073,741,824 is far above any training
-job's (Llama 3 405B's 16M-token batch of 8,192-token samples is 2,048 sequences) and keeps the extrapolation's
-``m x increment`` ~1e-7 of a float's range of exact integers."""
+job's (DeepSeek-V3's largest batch is 15,360 sequences: its technical report, arXiv:2412.19437, Sec. 4.2)
+and keeps the extrapolation's ``m x increment`` ~1e-7 of a float's range of exact integers."""
 MAX_GLOBAL_BATCH = 1 << 30
 """Samples per optimizer step (``--global-batch``). It was every count's :data:`MAX_GPUS` (1,048,576) while
 ``predict`` simulated every micro-batch; now that a step past 512 micro-batches costs its sampled counts
@@ -186,7 +186,7 @@ MAX_WORKERS = 256
 MAX_SCALING_POINTS = 64
 """GPU counts of ``dpsim report --scaling-gpus``."""
 MAX_TOKENS = 1e18
-"""A token or sample budget (Llama 3 trained on 1.5e13 tokens)."""
+"""A token or sample budget (DeepSeek-V3 was pre-trained on 1.48e13 tokens: arXiv:2412.19437, abstract)."""
 MAX_GPU_HOUR_USD = 1e4
 """A price per GPU-hour in US dollars."""
 MIN_CHECKPOINT_INTERVAL_S = 1.0

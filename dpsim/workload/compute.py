@@ -156,8 +156,8 @@ built with ``foreach=True`` or ``fused=True``, as its ``defaults.get("foreach", 
 FLOPS_ONLY_EFFICIENCY = 0.6
 """Fraction of the best matmul rate for a layer known only by its FLOPs (no ops): the
 efficiency dpsim used for every layer before the roofline, kept for specs without ops.
-0.6 x H100's 755 TFLOP/s is 46 % of the 989 peak, between Llama 3's 38-43 % MFU
-(Dubey et al. 2024, table 4) and MegaScale's 55.2 % (Jiang et al., NSDI 2024)."""
+0.6 x H100's 755 TFLOP/s is 46 % of the 989 peak, below MegaScale's 55.2 % MFU (Jiang et al.,
+NSDI 2024)."""
 
 
 @frozen_dataclass
