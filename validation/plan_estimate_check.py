@@ -158,6 +158,14 @@ def _simulations_in_workers(configs: list):
     return chunks
 
 
+def _gathered(chunks: list, n: int) -> list[tuple[float, bool] | None]:
+    """The chunks' simulations (:func:`_simulations_in_workers`) back in the order of the ``n`` configurations."""
+    sims: list = [None] * n
+    for k, chunk in enumerate(chunks):
+        sims[k::EXHAUSTIVE_CHUNKS] = chunk.result()
+    return sims
+
+
 def exhaustive(model: str, gpus: int, global_batch: int, search: dict) -> tuple[list[dict], object]:
     """Every layout of the search that fits, estimated and simulated: rows as :func:`check_job`'s
     (``top`` False) with ``candidate``, and ``plan``'s own result on the same search (the
@@ -173,20 +181,12 @@ def exhaustive(model: str, gpus: int, global_batch: int, search: dict) -> tuple[
     configs = [e.candidate.config(base) for e in fitting]
     chunks = _simulations_in_workers(configs)
 
-    def simulations() -> list[tuple[float, bool] | None]:
-        if chunks is None:
-            return _simulate(configs)
-        sims: list = [None] * len(configs)
-        for k, chunk in enumerate(chunks):
-            sims[k::EXHAUSTIVE_CHUNKS] = chunk.result()
-        return sims
-
     if chunks is None:  # the simulations first, as they ran before the workers (plan's order unchanged)
-        sims = simulations()
+        sims = _simulate(configs)
     result = plan_layouts(base, gpus=[gpus], global_batch=global_batch, verify=MAX_VERIFY, verify_seconds=None,
                           top=10_000, **search)
     if chunks is not None:
-        sims = simulations()
+        sims = _gathered(chunks, len(configs))
     rows = []
     for e, sim in zip(fitting, sims):
         if sim is None or not sim[1]:
