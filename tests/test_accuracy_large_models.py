@@ -80,6 +80,22 @@ def test_a_folds_choice_reads_rows_between_grid_values_within_a_tenth_of_a_perce
     assert all(round(e, 3) == e for e in alm.CHOICE_GRID) and set(alm.EFFICIENCY_GRID) <= set(alm.CHOICE_GRID)
 
 
+def test_the_grid_shared_out_by_rows_is_the_grid_one_value_at_a_time():
+    """The workers compute the leave-one-system-out grid a chunk of rows at a time, each row at every
+    value in turn (for the memo's sake, ``_rows_at_each``); each value's predictions must be those of
+    a pass over the rows at that value alone, in the rows' order, the chunks put back together."""
+    rows = {r["id"]: r for r in alm.rows()}
+    dense = [rows[i] for i in ("R013", "R090", "R170")]
+    grid = alm._grid_in_workers(dense, [0.90, 0.95])
+    if grid is None:
+        pytest.skip("one core or no fork: the grid is computed by leave_one_system_out itself")
+    for eff in (0.90, 0.95):
+        got = grid[eff].result()
+        assert list(got) == ["R013", "R090", "R170"]
+        assert got == alm._rows_at(dense, eff), eff
+    assert alm._rows_at_each(dense, [0.95]) == {0.95: alm._rows_at(dense, 0.95)}
+
+
 @pytest.fixture(scope="module")
 def evaluated():
     return alm.run()

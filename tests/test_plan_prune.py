@@ -37,6 +37,22 @@ def test_plan_puts_the_truly_fastest_layout_first(job):
     assert not off, off[:5]
 
 
+def test_the_layouts_simulated_in_workers_come_back_in_order_and_alike():
+    """``exhaustive`` shares its layouts' simulations out to forked workers in chunks dealt in turn;
+    put back together they must be the simulations of the layouts one by one, in their order (ten
+    configurations: more than the chunks, so that the chunks differ in length; one refused)."""
+    from dpsim.predict.config import PredictConfig
+
+    configs = [PredictConfig(gpus=8, link="nvlink", model="gpt2", micro_batch=m) for m in range(1, 10)]
+    configs.insert(4, PredictConfig(gpus=8, link="nvlink", model="gpt2", tp=8))  # gpt2 has 12 heads: refused
+    chunks = plan_estimate_check._simulations_in_workers(configs)
+    if chunks is None:
+        pytest.skip("one core or no fork: the layouts are simulated here, one by one")
+    alone = plan_estimate_check._simulate(configs)
+    assert alone[4] is None and all(s is not None for k, s in enumerate(alone) if k != 4)
+    assert plan_estimate_check._gathered(chunks, len(configs)) == alone
+
+
 def test_heaviest_stage_is_the_most_own_time_the_first_of_ties():
     assert heaviest_stage([1.0, 3.0, 2.0]) == 1
     assert heaviest_stage([2.0, 2.0 * (1 - 1e-12), 1.0]) == 0

@@ -121,30 +121,80 @@ def job_base(model: str) -> PredictConfig:
     return resolve(PredictConfig(model=model, link="infiniband", precision="bf16-params", micro_batch=1)).config
 
 
+def _simulate(configs: list) -> list[tuple[float, bool] | None]:
+    """Each configuration's simulated step time and whether its memory fits (None: dpsim refuses it)."""
+    out = []
+    for config in configs:
+        try:
+            pred = predict(config)
+        except DpsimError:
+            out.append(None)
+            continue
+        out.append((pred.step_time_s, pred.memory.fits))
+    return out
+
+
+EXHAUSTIVE_CHUNKS = 8
+"""Chunks the layouts of an exhaustive search are simulated in by forked workers (dealt out in turn:
+neighbouring layouts cost alike, so each chunk holds a share of the costly ones)."""
+
+
+def _simulations_in_workers(configs: list):
+    """Futures of :func:`_simulate` over chunks of ``configs`` (as :data:`EXHAUSTIVE_CHUNKS`), computed
+    by forked worker processes while the caller runs ``plan`` on the same search; None where the
+    platform cannot fork or there is one core. Each layout's simulation is a whole ``predict``,
+    independent of the others, so they are shared out; on CI's two cores ``tests/test_plan_prune.py``
+    (four searches, 70-400 layouts each) left a core idle."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 2 or "fork" not in multiprocessing.get_all_start_methods() or len(configs) < 2:
+        return None
+    pool = ProcessPoolExecutor(max_workers=min(cores, len(configs)), mp_context=multiprocessing.get_context("fork"))
+    chunks = [pool.submit(_simulate, configs[k::EXHAUSTIVE_CHUNKS]) for k in range(min(EXHAUSTIVE_CHUNKS, len(configs)))]
+    pool.shutdown(wait=False)
+    return chunks
+
+
+def _gathered(chunks: list, n: int) -> list[tuple[float, bool] | None]:
+    """The chunks' simulations (:func:`_simulations_in_workers`) back in the order of the ``n`` configurations."""
+    sims: list = [None] * n
+    for k, chunk in enumerate(chunks):
+        sims[k::EXHAUSTIVE_CHUNKS] = chunk.result()
+    return sims
+
+
 def exhaustive(model: str, gpus: int, global_batch: int, search: dict) -> tuple[list[dict], object]:
     """Every layout of the search that fits, estimated and simulated: rows as :func:`check_job`'s
     (``top`` False) with ``candidate``, and ``plan``'s own result on the same search (the
-    verification bounded by :data:`ESTIMATE_BOUND` alone: no count or time limit)."""
+    verification bounded by :data:`ESTIMATE_BOUND` alone: no count or time limit). The layouts are
+    simulated by forked workers while ``plan`` runs here (:func:`_simulations_in_workers`); the
+    figures are the same either way."""
     from dpsim.plan.planner import MAX_VERIFY, plan_layouts
 
     base = job_base(model)
     planner = Planner(base)
     cands, _ = planner.candidates(gpus, global_batch=global_batch, **search)
-    rows = []
-    for e in (planner.estimate(c, global_batch=global_batch) for c in cands):
-        if not e.fits:
-            continue
-        try:
-            pred = predict(e.candidate.config(base))
-        except DpsimError:
-            continue
-        if not pred.memory.fits:
-            continue
-        rows.append({"model": model, "gpus": gpus, "flags": e.candidate.flags(), "top": False,
-                     "candidate": e.candidate, "estimate_s": e.step_time_s, "simulated_s": pred.step_time_s,
-                     "ratio": e.step_time_s / pred.step_time_s})
+    fitting = [e for e in (planner.estimate(c, global_batch=global_batch) for c in cands) if e.fits]
+    configs = [e.candidate.config(base) for e in fitting]
+    chunks = _simulations_in_workers(configs)
+
+    if chunks is None:  # the simulations first, as they ran before the workers (plan's order unchanged)
+        sims = _simulate(configs)
     result = plan_layouts(base, gpus=[gpus], global_batch=global_batch, verify=MAX_VERIFY, verify_seconds=None,
                           top=10_000, **search)
+    if chunks is not None:
+        sims = _gathered(chunks, len(configs))
+    rows = []
+    for e, sim in zip(fitting, sims):
+        if sim is None or not sim[1]:
+            continue
+        step_s = sim[0]
+        rows.append({"model": model, "gpus": gpus, "flags": e.candidate.flags(), "top": False,
+                     "candidate": e.candidate, "estimate_s": e.step_time_s, "simulated_s": step_s,
+                     "ratio": e.step_time_s / step_s})
     return rows, result
 
 
