@@ -712,3 +712,15 @@ def test_within_system_slope_fits_inside_systems_only():
     slope, se, _, _ = alm.within_system_slope(exact, system, x)
     assert (slope, se) == (pytest.approx(0.02), pytest.approx(0.0, abs=1e-12))
     assert alm.within_system_slope({"c1": 0.1, "c2": 0.2}, system, x) is None
+
+
+def test_held_out_rows_predicted_in_workers_equal_those_predicted_here():
+    """A fold's held-out rows at a value between the grid's are predicted in forked workers
+    (``_rows_at_values``): each must be the prediction ``evaluate`` gives at its own value."""
+    rows = {r["id"]: r for r in alm.rows()}
+    groups = {0.925: [rows["R013"], rows["R090"], rows["R220"]], 0.965: [rows["R170"]]}
+    got = alm._rows_at_values(groups)
+    assert set(got) == {"R013", "R090", "R220", "R170"}
+    for e, rs in groups.items():
+        for r in rs:
+            assert got[r["id"]] == alm.evaluate(r, compute_efficiency=e), r["id"]
