@@ -278,8 +278,8 @@ def _r2(doc: _Doc) -> float:
     """An R² as :func:`~dpsim.profile.fit.log_r2` computes it, 1 - SSres/SStot: at most 1 (a perfect fit), below
     0 for a fit worse than the points' mean, null when every point is equal. A hand-edited ``r2: 2`` was taken."""
     return _nan(doc.number("r2", minimum=-math.inf, maximum=1.0, nullable=True, default=None,
-                           expected="a number <= 1 (R² = 1 - SSres/SStot: 1 for a perfect fit, negative for a fit "
-                                    "worse than the mean) or null"))
+                           expected="a finite number <= 1 or null (R² = 1 - SSres/SStot: 1 for a perfect fit, "
+                                    "negative for a fit worse than the mean)"))
 
 
 def _nan(x: float | None) -> float:
