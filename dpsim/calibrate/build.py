@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import re
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
