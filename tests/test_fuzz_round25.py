@@ -132,6 +132,8 @@ def test_seq_len_past_a_rotary_models_context_warns(capsys, tmp_path):
     """Before: ``--seq-len 8192`` on llama-2-7b (max_position_embeddings 4096), or past a config.json's, was taken
     with no word. Now a DpsimWarning (one CLI warning line), the prediction as given; learned positions are still
     refused (gpt2)."""
+    from dpsim.errors import DpsimWarning
+
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         dpsim.predict(dpsim.PredictConfig(gpus=8, link="nvlink", model="llama-2-7b", seq_len=8192))
