@@ -29,6 +29,7 @@ from dpsim.limits import (
     plain_number,
     short,
 )
+from dpsim.plan.cost import parse_count
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
@@ -50,7 +51,7 @@ from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.profile.once import reads_profiles_once
 from dpsim.strategies.registry import zero_shard_group
-from dpsim.units import seconds_in_words
+from dpsim.units import parse_bandwidth_bytes_per_s, seconds_in_words
 from dpsim.variability.run import VariabilityReport, predict_with_variability
 from dpsim.variability.spec import DEFAULT_SAMPLES, NOISE_DISTRIBUTIONS, VariabilitySpec
 from dpsim.wording import canonical_choice
@@ -167,9 +168,6 @@ def _parse_text(**values: Any) -> tuple:
     """:func:`goodput`'s numbers given as the command line's text, read by the command line's own parsers: the
     API refused ``tokens="1B"`` and ``duration_s="30d"`` while ``dpsim.sweep(tokens="1B")`` and every command's
     ``--tokens 1B``/``--duration 30d`` took them (one rule for a budget or a duration, text or number)."""
-    from dpsim.plan.cost import parse_count
-    from dpsim.units import parse_bandwidth_bytes_per_s
-
     out = []
     for name, value in values.items():
         if isinstance(value, str):
