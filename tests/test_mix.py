@@ -222,7 +222,7 @@ def test_mix_file_errors_name_the_field(jobs, top, message):
 
 
 @pytest.mark.parametrize("jobs, message", [
-    ([JOB_A, {**JOB_B, "nodes": [1, 2, 3]}], "jobs[1].nodes (b) at 0 s: server 2 is already taken"),
+    ([JOB_A, {**JOB_B, "nodes": [1, 2, 3]}], "jobs[1].nodes (b) at 0.02 s: server 2 is already taken"),
     ([JOB_A, {**JOB_B, "nodes": None, "gpus": 12, "placement": "packed"}], "needs 6 servers, only 4 of 8 are free"),
     ([{**JOB_A, "nodes": [0, 2, 4, 9]}], "jobs[0].nodes (a): server 9 does not exist"),
     ([{"name": "a", "model": "gpt2", "gpus": 2, "steps": 1, "placement": "rail-aligned"}], "rail-optimised"),
