@@ -49,6 +49,11 @@ class CalibrationError(DpsimError):
     """A calibration run failed (a rank died or hung, a backend is unavailable)."""
 
 
+class DpsimWarning(UserWarning):
+    """Something the user chose that runs but deserves a second look (a sequence past a model's trained context):
+    ``warnings.warn`` for the Python API, one ``dpsim: warning: ...`` line on stderr from the command line."""
+
+
 class Interrupted(BaseException):
     """The run was stopped by a signal (SIGINT: Ctrl-C, or SIGTERM) and must end now.
 

@@ -49,14 +49,16 @@ def test_predict_collective_refuses_a_bad_size_sweep(kwargs, needle):
 
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(tokens=math.nan), "--tokens: nan is not valid"),          # int(nan) ValueError
-    (dict(tokens="1T"), "--tokens: '1T' is not valid"),             # TypeError
+    # Text is the command line's budget (tokens="1T" is taken, as sweep and --tokens take it: round 25); text
+    # that is no budget is refused by the command line's own parser.
+    (dict(tokens="1T tokens"), "--tokens: '1T tokens' is not a count"),  # TypeError
     (dict(tokens=-1), "--tokens: -1 is not valid"),                 # was blamed on --duration/--tokens
     (dict(tokens=1e300), "--tokens: 1e+300 is not valid"),
-    (dict(duration_s="30d"), "--duration: '30d' is not valid"),
+    (dict(duration_s="30"), "--duration: '30' has no unit"),      # "30d" is taken, as --duration 30d (round 25)
     (dict(checkpoint_bandwidth_bytes_per_s=None), "--checkpoint-bandwidth: None is not valid"),
     (dict(restart_s=None), "--restart: None is not valid"),
     (dict(replace_s=math.nan), "--replace: nan is not valid"),
-    (dict(checkpoint_interval_s="1h"), "--checkpoint-interval: '1h' is not valid"),
+    (dict(checkpoint_interval_s="1 hour"), "--checkpoint-interval: '1 hour' is not a duration"),
     (dict(rates=None), "--mtbf-gpu/--mtbf-node/--mtbf-link: None is not valid"),  # AttributeError
 ])
 def test_goodput_refuses_a_value_of_the_wrong_kind(kwargs, needle):

@@ -160,7 +160,8 @@ def test_profile_r2_refusal_reads_without_minus_inf(where, tmp_path, capsys):
     path.write_text(json.dumps(data))
     args = ["predict", "--model", "gpt2", "--gpus", "8", "--link", "dgx-a100", "--steps", "1", "--calibration", str(path)]
     outcome = run_cli(args, capsys)
-    check_outcome(outcome, args, "error", ("r2: NaN is not valid; expected a finite number or null",))
+    # Round 25: the bound <= 1 (R² = 1 - SSres/SStot) was added; still no "-inf" for the missing lower bound.
+    check_outcome(outcome, args, "error", ("r2: NaN is not valid; expected a finite number <= 1 or null",))
     assert "-inf" not in outcome.err
 
 

@@ -222,9 +222,9 @@ def test_mix_file_errors_name_the_field(jobs, top, message):
 
 
 @pytest.mark.parametrize("jobs, message", [
-    ([JOB_A, {**JOB_B, "nodes": [1, 2, 3]}], "nodes 2 is already taken"),
+    ([JOB_A, {**JOB_B, "nodes": [1, 2, 3]}], "jobs[1].nodes (b) at 0.02 s: server 2 is already taken"),
     ([JOB_A, {**JOB_B, "nodes": None, "gpus": 12, "placement": "packed"}], "needs 6 servers, only 4 of 8 are free"),
-    ([{**JOB_A, "nodes": [0, 2, 4, 9]}], "nodes 9 does not exist"),
+    ([{**JOB_A, "nodes": [0, 2, 4, 9]}], "jobs[0].nodes (a): server 9 does not exist"),
     ([{"name": "a", "model": "gpt2", "gpus": 2, "steps": 1, "placement": "rail-aligned"}], "rail-optimised"),
     ([{**JOB_A, "gpus": 3}], "jobs[0].gpus: 3 is not whole servers"),
     ([{**JOB_A, "model": "no-such-model"}], "jobs[0].model (a): 'no-such-model'"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import re
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from dpsim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from dpsim.errors import ProfileError
 from dpsim.limits import MAX_OVERLAP_SLOWDOWN, MAX_PROFILE_SLOWDOWN
+from dpsim.profile.calibrated import gpu_models
 from dpsim.profile.op_rates import from_results
 from dpsim.profile.schema import (
     LINK_CLASSES,
@@ -118,16 +118,6 @@ def profile_from_nccl_tests(
         compute=None,
         warnings=tuple(fit_warnings(ops)),
     )
-
-
-# A GPU model as nccl-tests' device list spells it within a longer name: "A100" in "NVIDIA A100-SXM4-80GB" and in
-# "AWS p4de.24xlarge x2 (16x A100 80GB)", "H100" in "NVIDIA H100 80GB HBM3", "MI300X", "L40S", "GH200".
-_GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([A-Z]{1,2}\d{2,3}[A-Z]?)(?![A-Za-z0-9])")
-
-
-def gpu_models(device_names: Iterable[str]) -> frozenset[str]:
-    """The GPU models ``device_names`` name (each name itself where it spells none dpsim recognises)."""
-    return frozenset(next((m.group(1) for m in _GPU_MODEL.finditer(d)), d) for d in device_names)
 
 
 def check_one_gpu_model(logs: Iterable[NcclTestsLog]) -> None:

@@ -7,6 +7,7 @@ The limits themselves are in :mod:`dpsim.limits`; each failure is one
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,26 @@ def size_sweep(minbytes: str, maxbytes: str, stepfactor: float, *, max_bytes: fl
         raise ConfigError(f"{b_flag.split('/')[0]}/{e_flag.split('/')[0]}: {short(minbytes)}..{short(maxbytes)} is "
                           f"not a valid range; need 1 byte <= minbytes <= maxbytes")
     return lo, hi, check_sizes(lo, hi, stepfactor, max_bytes=max_bytes, flags=flags)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, as ``dpsim calibrate`` prints them (``dpsim: warning: ...``)."""
+    print(f"dpsim: warning: {message}", file=sys.stderr)
+
+
+def warn_other_gpu(config: Any) -> None:
+    """Warn once when ``config`` names a ``--gpu`` other than the one its ``--calibration`` profile measured
+    (:func:`~dpsim.profile.calibrated.other_gpu_note`): an A100 node's profile with ``--gpu h100`` was taken in
+    silence, its NVLink3 fits and A100 compute rates standing for an H100's."""
+    if config.cluster.gpu is None or config.calibration.profile is None:
+        return
+    from dpsim.hardware import get_gpu
+    from dpsim.profile.calibrated import other_gpu_note
+    from dpsim.profile.io import load_profile
+
+    note = other_gpu_note(load_profile(config.calibration.profile), get_gpu(config.cluster.gpu))
+    if note is not None:
+        warn(note)
 
 
 def check_budget(value: float | None, flag: str) -> float | None:

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import typer
 
 from dpsim.cli.app import _emit_json
+from dpsim.cli.checks import warn_other_gpu
 from dpsim.cli.failures import CHECKPOINT_BANDWIDTH, MTBF_GPU, MTBF_LINK, MTBF_NODE, REPLACE, RESTART, failure_rates
 from dpsim.cli.options import config_options
 from dpsim.cli.panels import BUDGET, OUTPUT, SEARCH, VARIABILITY
@@ -186,6 +187,7 @@ def plan_command(
                                                    "moe_a2a_overlap", "moe_node_limit")
                if name in flags}
     base = PredictConfig(**flags, micro_batch=1)
+    warn_other_gpu(base)
     result = plan_layouts(
         base, gpus=counts, global_batch=global_batch, tps=parse_int_list(tp, "--tp"), pps=parse_int_list(pp, "--pp"),
         strategies=parse_choice_list(strategies, "--strategies", tuple(PLAN_DP_STRATEGIES)),

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import typer
 
 from dpsim.cli.app import _emit_json, loading
+from dpsim.cli.checks import warn_other_gpu
 from dpsim.cli.options import ALL_FIELDS, config_options
 from dpsim.cli.panels import CALIBRATION, OUTPUT, VARIABILITY
 from dpsim.errors import ConfigError
@@ -163,7 +164,9 @@ def predict_config(flags: dict[str, Any], single_gpu_samples_per_s: float | None
                               f"{config.workload.micro_batch} is {step}; expected a step from "
                               f"{MIN_SINGLE_GPU_STEP_S:g} s to {MAX_SINGLE_GPU_STEP_S:g} s")
         changes["single_gpu_step_s"] = step_s
-    return replace(config, **changes) if changes else config
+    config = replace(config, **changes) if changes else config
+    warn_other_gpu(config)  # once per command: every command with --calibration and --gpu builds its config here
+    return config
 
 
 def _variability_from_flags(*, noise_cv, noise_dist, straggler, degrade, hiccup_rate_per_s, hiccup_s, seed,

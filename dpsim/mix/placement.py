@@ -39,22 +39,33 @@ def block_sizes(spec, n_servers: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def place(job, n_servers_wanted: int, free: list[bool], spec, *, at_s: float) -> list[int]:
-    """Servers for ``job`` (a :class:`~dpsim.mix.spec.JobSpec`) among ``free`` (one flag per
+def check_nodes(job, index: int, n_servers_wanted: int, total: int) -> None:
+    """``job``'s own ``nodes`` list against its size and the cluster's ``total`` servers, named by its field path
+    (``jobs[0].nodes``) as the rest of the mix's checks name theirs: "jobs 'a' at 0 s: nodes 5 does not exist"
+    named no field."""
+    if job.nodes is None:
+        return
+    where = f"jobs[{index}].nodes ({job.name})"
+    if len(job.nodes) != n_servers_wanted:
+        raise ConfigError(f"{where}: lists {wording.count(len(job.nodes), 'server')}; its "
+                          f"{wording.count(job.gpus, 'GPU')} need {n_servers_wanted}")
+    bad = [x for x in job.nodes if x >= total]
+    if bad:
+        raise ConfigError(f"{where}: server {bad[0]} does not exist; the cluster has servers 0..{total - 1}")
+
+
+def place(job, n_servers_wanted: int, free: list[bool], spec, *, at_s: float, index: int) -> list[int]:
+    """Servers for ``job`` (a :class:`~dpsim.mix.spec.JobSpec`, ``jobs[index]``) among ``free`` (one flag per
     cluster server), in rank order; :class:`ConfigError` when it cannot be placed."""
     n, total = n_servers_wanted, len(free)
-    where = f"jobs {job.name!r} at {at_s:g} s"
     if job.nodes is not None:
-        if len(job.nodes) != n:
-            raise ConfigError(f"{where}: nodes lists {wording.count(len(job.nodes), 'server')}; its "
-                              f"{wording.count(job.gpus, 'GPU')} need {n}")
-        bad = [x for x in job.nodes if x >= total]
-        if bad:
-            raise ConfigError(f"{where}: nodes {bad[0]} does not exist; the cluster has servers 0..{total - 1}")
+        check_nodes(job, index, n, total)
         taken = [x for x in job.nodes if not free[x]]
         if taken:
-            raise ConfigError(f"{where}: nodes {taken[0]} is already taken by another job (overlapping placement)")
+            raise ConfigError(f"jobs[{index}].nodes ({job.name}) at {at_s:g} s: server {taken[0]} is already taken "
+                              f"by another job (overlapping placement)")
         return list(job.nodes)
+    where = f"jobs[{index}] ({job.name}) at {at_s:g} s"
     available = sum(free)
     if n > available:
         raise ConfigError(f"{where}: needs {wording.count(n, 'server')}, only {available} of {total} are free "

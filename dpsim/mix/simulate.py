@@ -58,7 +58,7 @@ from dpsim.frozen import frozen_dataclass
 from dpsim.limits import MAX_RECOVERY_S, MIN_CHECKPOINT_INTERVAL_S
 from dpsim.mix.clock import Pace
 from dpsim.mix.outages import FabricOutages, LinkOutage, ports_per_nic
-from dpsim.mix.placement import place
+from dpsim.mix.placement import check_nodes, place
 from dpsim.mix.pool import GroupPool
 from dpsim.mix.spec import (MAX_NETWORK_JOBS, MAX_SIMULATED_CHECKPOINTS, DrawnFailures, JobSpec, MixSpec,
                             predict_flag_to_field)
@@ -586,6 +586,8 @@ class MixSimulation:
             if job.gpus > self.gpn and job.gpus % self.gpn:
                 raise ConfigError(f"jobs[{i}].gpus: {job.gpus} is not whole servers of {self.gpn} GPUs; "
                                   f"use a multiple of {self.gpn}")
+            # Before the run, as the spares above: a server past the cluster was refused only when the job arrived.
+            check_nodes(job, i, max(1, math.ceil(job.gpus / self.gpn)), self.n_servers)
             try:
                 self.solo[job.name] = _solo(self.design, job.gpus, job.predict)
             except DpsimError as exc:
@@ -1257,12 +1259,12 @@ class MixSimulation:
                 need = max(1, math.ceil(job.gpus / self.gpn))
                 healthy = free if failures is None else failures.healthy(free, now)
                 try:
-                    servers[i] = place(job, need, healthy, self.design, at_s=now)
+                    servers[i] = place(job, need, healthy, self.design, at_s=now, index=i)
                 except ConfigError:
                     if healthy is free:
                         raise
                     # Not enough servers in service: take failed ones too and wait for their repair.
-                    servers[i] = place(job, need, free, self.design, at_s=now)
+                    servers[i] = place(job, need, free, self.design, at_s=now, index=i)
                 for s in servers[i]:
                     free[s] = False
                 solo = self.solo[job.name]

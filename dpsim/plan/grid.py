@@ -108,10 +108,13 @@ def convert_value(axis: str, raw: Any, origin: str = "sweep", *, from_file: bool
             raise bad
         if isinstance(raw, int):
             return raw
-        if isinstance(raw, float) and raw.is_integer():
-            return int(raw)
         if text is not None and re.fullmatch(r"[-+]?\d+", text):
             return int(text)
+        if isinstance(raw, float) and raw.is_integer():
+            # One rule with the command line's --gpus text and PredictConfig(gpus=16.0): an integer is written as
+            # one. A file's bare 1e3 (YAML reads a float) was taken as 1000 while its quoted "1e3" was refused.
+            raise ConfigError(f"{where}: {given} is not valid; expected an integer, written as one "
+                              f"({int(raw)}, not a float)")
         raise bad
     if kind is float:
         if isinstance(raw, bool):

@@ -29,6 +29,7 @@ from dpsim.limits import (
     plain_number,
     short,
 )
+from dpsim.plan.cost import parse_count
 from dpsim.plan.layout_goodput import checkpoint_cost, state_bytes
 from dpsim.plan.goodput import GoodputStats, IntervalStudy, elastic_choice, interval_study, simulate_goodput
 from dpsim.plan.reliability import (
@@ -41,6 +42,7 @@ from dpsim.plan.reliability import (
     FailureRates,
     TrainingJob,
     model_optimum_s,
+    parse_long_duration_s,
 )
 from dpsim.predict.config import SETTINGS, PredictConfig
 from dpsim.predict.model_error import ModelErrorInterval
@@ -49,7 +51,7 @@ from dpsim.predict.result import Prediction
 from dpsim.predict.run import predict_resolved, resolve_topology
 from dpsim.profile.once import reads_profiles_once
 from dpsim.strategies.registry import zero_shard_group
-from dpsim.units import seconds_in_words
+from dpsim.units import parse_bandwidth_bytes_per_s, seconds_in_words
 from dpsim.variability.run import VariabilityReport, predict_with_variability
 from dpsim.variability.spec import DEFAULT_SAMPLES, NOISE_DISTRIBUTIONS, VariabilitySpec
 from dpsim.wording import canonical_choice
@@ -158,6 +160,27 @@ class GoodputReport:
         }
 
 
+_TEXT_FLAGS = {"duration_s": "--duration", "checkpoint_interval_s": "--checkpoint-interval",
+               "checkpoint_write_s": "--checkpoint-write", "restart_s": "--restart", "replace_s": "--replace"}
+
+
+def _parse_text(**values: Any) -> tuple:
+    """:func:`goodput`'s numbers given as the command line's text, read by the command line's own parsers: the
+    API refused ``tokens="1B"`` and ``duration_s="30d"`` while ``dpsim.sweep(tokens="1B")`` and every command's
+    ``--tokens 1B``/``--duration 30d`` took them (one rule for a budget or a duration, text or number)."""
+    out = []
+    for name, value in values.items():
+        if isinstance(value, str):
+            if name == "tokens":
+                value = parse_count(value, "--tokens")
+            elif name == "checkpoint_bandwidth_bytes_per_s":
+                value = parse_bandwidth_bytes_per_s(value, "--checkpoint-bandwidth")
+            else:
+                value = parse_long_duration_s(value, _TEXT_FLAGS[name])
+        out.append(value)
+    return tuple(out)
+
+
 def _check_numbers(*, tokens: Any, duration_s: Any, rates: Any, checkpoint_interval_s: Any, checkpoint_write_s: Any,
                    checkpoint_bandwidth_bytes_per_s: Any, restart_s: Any, replace_s: Any) -> None:
     """The types of :func:`goodput`'s numbers, for callers from Python (the CLI parses them first):
@@ -211,6 +234,12 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     ``policy`` ``wait`` waits for it while ``shrink`` continues on fewer nodes (down to
     ``min_nodes``). ``runs`` Monte-Carlo runs from ``seed``.
 
+    Each budget and duration takes the command line's text as well as a number: ``tokens="1B"`` (its
+    ``--tokens``, :func:`~dpsim.plan.cost.parse_count`), ``duration_s="30d"``, ``checkpoint_interval_s="1h"``,
+    ``checkpoint_write_s``, ``restart_s``, ``replace_s`` (``--duration`` and the rest,
+    :func:`~dpsim.plan.reliability.parse_long_duration_s`: text carries its unit) and
+    ``checkpoint_bandwidth_bytes_per_s="2GB/s"``; a number is tokens, seconds or bytes/s.
+
     ``variability`` (``predict``'s noise, stragglers, degraded links, hiccups, MoE routing load; ``mc_steps``
     its steps per sample): the token budget is trained at the mean step the variability engine draws
     (:func:`~dpsim.variability.run.predict_with_variability`, ``predict``'s own), so the failure-free time
@@ -220,6 +249,11 @@ def goodput(config: PredictConfig, *, tokens: float | None = None, duration_s: f
     """
     if tokens is not None and duration_s is not None:
         raise ConfigError("--tokens and --duration: give one amount of work, not both")
+    tokens, duration_s, checkpoint_interval_s, checkpoint_write_s, checkpoint_bandwidth_bytes_per_s, restart_s, \
+        replace_s = _parse_text(tokens=tokens, duration_s=duration_s, checkpoint_interval_s=checkpoint_interval_s,
+                                checkpoint_write_s=checkpoint_write_s,
+                                checkpoint_bandwidth_bytes_per_s=checkpoint_bandwidth_bytes_per_s,
+                                restart_s=restart_s, replace_s=replace_s)
     tokens, duration_s, checkpoint_interval_s, checkpoint_write_s, checkpoint_bandwidth_bytes_per_s, restart_s, \
         replace_s = (plain_number(v, float) for v in (tokens, duration_s, checkpoint_interval_s, checkpoint_write_s,
                                                       checkpoint_bandwidth_bytes_per_s, restart_s, replace_s))

@@ -105,7 +105,7 @@ from dpsim.network.degrade import LinkDegradation
 from dpsim.limits import (MAX_GPUS, MAX_PIPELINE_SLOTS, MAX_PLAN_CANDIDATES, MAX_SIMULATED_MICRO_BATCHES, MAX_TOKENS,
                           VERIFY_WORK, check_int, check_number, short)
 from dpsim.memory import stage_activation_bytes, stage_expert_numels
-from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price
+from dpsim.plan.cost import PriceOverride, check_price_override, gpu_hour_price, parse_count
 from dpsim.plan.layout_goodput import FailureInputs, LayoutGoodput, checkpoint_cost, layout_goodput, state_bytes
 from dpsim.plan.reliability import (
     DEFAULT_GPU_MTBF_S,
@@ -2544,7 +2544,8 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     other than 1f1b with ``pps=[1]``). ``failures``: what failures cost when ``rank_by`` is ``goodput`` (default :class:`FailureInputs`);
     ``cps``/``eps``: the context- and expert-parallel sizes to search (default: :data:`DEFAULT_CPS` for a
     sequence of :data:`CP_MIN_TOKENS` or more, else 1; every divisor of an MoE's experts, else 1); ``etps``: the
-    expert-tensor-parallel sizes to search (default 1);
+    expert-tensor-parallel sizes to search (default 1); ``tokens``/``samples``: the budget to train, a number or
+    the command line's text (``"1B"``, ``"300B"``: :func:`~dpsim.plan.cost.parse_count`);
     ``tp_comm_overlap``/``tp_across_network``/``cp_comm``/``cp_balance``/``moe_a2a_overlap``/``moe_node_limit``: the
     job's flags that apply to the candidates with that parallelism (a base without ``--tp``/``--cp``/``--ep`` cannot
     hold them; ``None``: ``base``'s). ``verify``: most layouts simulated, ``verify_seconds``: seconds of simulation after the first
@@ -2585,6 +2586,10 @@ def plan_layouts(base: PredictConfig, *, gpus: Sequence[int], global_batch: int,
     # over gpus=np.array([64]) or global_batch=np.int64(256) was refused "np.int64(256) is not valid".
     global_batch = plain_number(global_batch, int)
     top, verify = plain_number(top, int), plain_number(verify, int)
+    # A budget as the command line's text (--tokens 1B), as dpsim.sweep and dpsim.goodput take it: plan alone
+    # refused tokens="1B".
+    tokens, samples = (parse_count(v, flag) if isinstance(v, str) else v
+                       for v, flag in ((tokens, "--tokens"), (samples, "--samples")))
     verify_seconds, budget_usd, tokens, samples = (plain_number(v, float) for v in (verify_seconds, budget_usd,
                                                                                     tokens, samples))
     gpus, tps, pps, cps, eps, etps, micro_batches = (_plain_ints(v) for v in (gpus, tps, pps, cps, eps, etps,

@@ -450,7 +450,9 @@ def sweep(grid: Mapping[str, Any] | None = None, *, tokens: float | str | None =
           scheduler: str | None = None, workers: int | None = None, client: Any = None,
           progress: bool = False, skip_invalid: bool = False, degrade: Any = None, **axes: Any):
     """Sweep a grid given as a mapping and/or keyword axes; returns a pandas DataFrame. ``degrade``: links below
-    capacity in every point (``"infiniband:50%"``, a list of them, or ``LinkDegradation``).
+    capacity in every point (``"infiniband:50%"``, a list of them, or ``LinkDegradation``). ``tokens``/``samples``:
+    a budget as a number or the command line's text (``"1B"``, ``"300B"``: :func:`~dpsim.plan.cost.parse_count`), as
+    ``dpsim.plan`` and ``dpsim.goodput`` take it.
 
     >>> df = sweep(gpus=[8, 16], link=["nvlink", "ethernet"], model="gpt2")  # doctest: +SKIP
     """

@@ -71,6 +71,8 @@ Compute (:func:`calibrated_device`, :func:`measured_compute`)
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable
 from dataclasses import replace
 
 from dpsim.collectives.ops import (
@@ -80,7 +82,7 @@ from dpsim.collectives.ops import (
     ring_steps,
 )
 from dpsim.errors import ConfigError, ProfileError, UncalibratedLinkClass
-from dpsim.hardware import GpuSpec
+from dpsim.hardware import GPU_PRESETS, GpuSpec
 from dpsim.profile.fit import Segment, piecewise_time
 from dpsim.profile.schema import ModelStep, OpCalibration, Profile
 from dpsim.wording import count
@@ -225,6 +227,49 @@ def calibrated_gpu(profile: Profile, gpu: GpuSpec) -> GpuSpec:
     return replace(gpu, achieved_flops_per_s=achieved, memory_bandwidth_bytes_per_s=bandwidth,
                    stream_bandwidth_bytes_per_s=stream,
                    sources=gpu.sources + (f"compute measured on {c.device} (profile {profile.name})",))
+
+
+# A GPU model as nccl-tests' device list and torch.cuda.get_device_name spell it within a longer name: "A100" in
+# "NVIDIA A100-SXM4-80GB" and in "AWS p4de.24xlarge x2 (16x A100 80GB)", "H100" in "NVIDIA H100 80GB HBM3", "MI300X",
+# "L40S", "GH200"; the GPU presets' descriptions spell theirs the same way ("NVIDIA H100 SXM5 80GB").
+_GPU_MODEL = re.compile(r"(?<![A-Za-z0-9])([A-Z]{1,2}\d{2,3}[A-Z]?)(?![A-Za-z0-9])")
+
+
+def gpu_models(device_names: Iterable[str]) -> frozenset[str]:
+    """The GPU models ``device_names`` name (each name itself where it spells none dpsim recognises)."""
+    return frozenset(next((m.group(1) for m in _GPU_MODEL.finditer(d)), d) for d in device_names)
+
+
+def _recognised_models(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(m.group(1) for d in names for m in [_GPU_MODEL.search(d)] if m)
+
+
+def other_gpu_note(profile: Profile, gpu: GpuSpec, flag: str = "--gpu") -> str | None:
+    """Why ``profile``'s rates may not be ``gpu``'s: the line to warn with when the profile names the GPU models
+    it was measured on (its ``environment.device_names``, its compute ``device``) and ``gpu``'s is not one of them;
+    ``None`` when it is, when either names no model dpsim recognises, or for a CPU profile (no GPU preset used).
+
+    A warning, not a refusal: an inter-node fit is mostly the NICs', which a what-if on another GPU's nodes may
+    mean to keep; but every intra-node fit is the measured GPUs' links (NVLink3 on A100, NVLink4 on H100), and
+    measured compute rates replace the preset's (:func:`calibrated_gpu`), so the user is told which of them came
+    from another GPU and how to match them."""
+    if is_cpu_profile(profile):
+        return None
+    names = [d for d in profile.environment.get("device_names") or () if isinstance(d, str)]
+    if profile.compute is not None and profile.compute.device:
+        names.append(profile.compute.device)
+    measured = _recognised_models(names)
+    ours = _recognised_models([gpu.description])
+    if not measured or not ours or ours & measured:
+        return None
+    rates = ", ".join(part for part, on in (("intra-node collective fits", "intra_node" in profile.link_classes),
+                                            ("inter-node collective fits", "inter_node" in profile.link_classes),
+                                            ("compute rates", measures_compute(profile))) if on)
+    presets = [m.lower() for m in sorted(measured) if m.lower() in GPU_PRESETS]
+    match = f"give --gpu {' or '.join(presets)} to match it, or " if presets else ""
+    return (f"{flag} {gpu.name}: the calibration profile {profile.name!r} was measured on "
+            f"{', '.join(sorted(measured))}, not {', '.join(sorted(ours))}; its {rates or 'rates'} are that GPU's "
+            f"({match}calibrate on {', '.join(sorted(ours))})")
 
 
 def is_cpu_profile(profile: Profile) -> bool:

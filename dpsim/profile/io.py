@@ -218,7 +218,7 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
             first_size_bytes=first, last_size_bytes=last, latency_s=latency,
             seconds_per_byte=0.0 if busbw is None else factor / busbw,
             n_points=sd.integer("n_points", minimum=0, default=0),
-            r2=_nan(sd.number("r2", minimum=-math.inf, nullable=True, default=None)),
+            r2=_r2(sd),
             worst_rel_residual=sd.number("worst_rel_residual", default=0.0),
             rms_rel_residual=_nan(sd.number("rms_rel_residual", nullable=True, default=None)),
         )
@@ -234,9 +234,13 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
         previous_last = last
     fit = AlphaBetaFit(
         segments=tuple(segments),
-        r2=_nan(fd.number("r2", minimum=-math.inf, nullable=True, default=None)),
+        r2=_r2(fd),
         worst_rel_residual=fd.number("worst_rel_residual", default=0.0),
     )
+    poor = fd.get("poor", "true, false or null", None)
+    if poor is not None and not isinstance(poor, bool):
+        # Written by dpsim (the fit's own verdict, recomputed on load): "poor": "no" was taken in silence.
+        fd.fail(fd.field("poor"), poor, "true, false or null (the fit's verdict, recomputed from r2 and the residual)")
     single = fd.obj("single_line", ("r2", "worst_rel_residual"), default=None)
     measurements = []
     for j, raw_m in enumerate(doc.list("measurements", default=[])):
@@ -263,11 +267,19 @@ def _read_op(origin: str, path: str, op: str, lc: str, n_ranks: int, raw: Any) -
                            time_span=max(times) / min(times))
     return OpCalibration(
         op=op, link_class=lc, n_ranks=n_ranks, fit=fit, measurements=tuple(measurements),
-        single_line_r2=_nan(single.number("r2", minimum=-math.inf, nullable=True, default=None)) if single else math.nan,
+        single_line_r2=_r2(single) if single else math.nan,
         single_line_worst_rel_residual=_nan(single.number("worst_rel_residual", nullable=True, default=None))
         if single else math.nan,
         sources=doc.strings("sources", default=[]),
     )
+
+
+def _r2(doc: _Doc) -> float:
+    """An R² as :func:`~dpsim.profile.fit.log_r2` computes it, 1 - SSres/SStot: at most 1 (a perfect fit), below
+    0 for a fit worse than the points' mean, null when every point is equal. A hand-edited ``r2: 2`` was taken."""
+    return _nan(doc.number("r2", minimum=-math.inf, maximum=1.0, nullable=True, default=None,
+                           expected="a finite number <= 1 or null (R² = 1 - SSres/SStot: 1 for a perfect fit, "
+                                    "negative for a fit worse than the mean)"))
 
 
 def _nan(x: float | None) -> float:
@@ -424,6 +436,17 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
     if per_node is not None and not (isinstance(per_node, list) and per_node and all(
             isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_GPUS for k in per_node)):
         env.fail(env.field("ranks_per_node"), per_node, "a list of each host's ranks (integers >= 1) or null")
+    # The run's size, informational (predict reads n_ranks and n_nodes of each link class) but written by every
+    # calibration: a hand-edited "world_size": 0 or "hosts": "1" was taken in silence, so both are checked.
+    counts = {}
+    for key in ("hosts", "world_size"):
+        value = env.data.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS):
+            env.fail(env.field(key), value, f"an integer >= 1 and <= {MAX_GPUS:,} or null")
+        counts[key] = value
+    if counts["hosts"] is not None and counts["world_size"] is not None and counts["hosts"] > counts["world_size"]:
+        env.fail(env.field("hosts"), counts["hosts"], f"at most world_size ({counts['world_size']:,}): every host "
+                                                      f"runs a rank")
     collectives = top.obj("collectives", LINK_CLASSES)
     link_classes: dict[str, dict[str, Any]] = {}
     ops: dict[tuple[str, str], OpCalibration] = {}

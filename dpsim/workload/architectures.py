@@ -343,7 +343,8 @@ def build_gpt2(
     dtype_size_bytes(dtype)
     # ALiBi has no table to outgrow: any sequence length is accepted, as with RoPE.
     s = _resolve_seq_len(seq_len, cfg.n_positions, name, max_field="n_positions",
-                         max_value=cfg.n_positions if cfg.position_embedding == "learned" else None)
+                         max_value=cfg.n_positions if cfg.position_embedding == "learned" else None,
+                         positions="ALiBi")
     d, inner, v = cfg.n_embd, cfg.inner, cfg.vocab_size
     # wte is also lm_head's weight; its gradient is complete only after the embedding's
     # backward, so the embedding layer owns it.

@@ -4,10 +4,11 @@ layers with their FLOPs and activation bytes, and the activation formulas they c
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Sequence
 
-from dpsim.errors import ConfigError, WorkloadError
+from dpsim.errors import ConfigError, DpsimWarning, WorkloadError
 from dpsim.frozen import frozen_dataclass
 from dpsim.workload.host_timeline import call_marker, sync_marker
 from dpsim.workload.spec import AttentionOp, LayerSpec, MatmulOp, MemoryOp, ModelSpec, OpSpec, ParamSpec
@@ -902,7 +903,11 @@ def _check_positive_int(value: object, field_name: str) -> int:
 
 
 def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field: str | None = None,
-                     max_value: int | None = None) -> int:
+                     max_value: int | None = None, positions: str = "rotary") -> int:
+    """``--seq-len`` for a model whose trained context is ``default`` (its ``max_field``): refused past
+    ``max_value`` (a learned table has no row for a later position); past ``default`` with ``positions`` that
+    extend (rotary, ALiBi), taken with a :class:`~dpsim.errors.DpsimWarning`: long-context training runs there on
+    purpose, but a typo (``--seq-len 40960`` for 4096) reads the same, and was taken in silence."""
     if seq_len is None:
         return default
     seq_len = _check_positive_int(seq_len, "--seq-len")
@@ -911,6 +916,11 @@ def _resolve_seq_len(seq_len: int | None, default: int, model: str, *, max_field
             f"--seq-len: {seq_len} exceeds {model}'s {max_field} = {max_value} "
             f"(learned position embeddings); use at most {max_value}"
         )
+    if seq_len > default:
+        warnings.warn(DpsimWarning(
+            f"--seq-len: {seq_len:,} is past {model}'s trained context ({max_field or 'max_position_embeddings'} = "
+            f"{default:,}); its {positions} positions extend there, as long-context training uses them, but the "
+            f"model was not trained on them (predicted as given)"), stacklevel=2)
     return seq_len
 
 
