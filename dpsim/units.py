@@ -152,6 +152,24 @@ def seconds_in_words(value_s: float) -> str:
     return f"{value_s:.3g} s" if math.isfinite(value_s) else "over 1e308 s"
 
 
+def format_seconds_as(duration_s: float, reference_s: float) -> str:
+    """``duration_s`` in the unit :func:`format_seconds` gives ``reference_s``, so that a range reads
+    in one unit: ``2.82 h (2.15 h - 3.40 h)``, not ``2.82 h (7737.893 s - 3.40 h)``."""
+    if not (math.isfinite(duration_s) and math.isfinite(reference_s)):
+        return format_seconds(duration_s)
+    ref = abs(reference_s)
+    if ref >= 2 * DAY_S:
+        days = duration_s / DAY_S
+        return f"{days:,.1f} d" if abs(days) < 1e5 else f"{days:.3g} d"
+    if ref >= 1e4:
+        return f"{duration_s / 3600:.2f} h"
+    if ref >= 1:
+        return f"{duration_s:.3f} s"
+    if ref >= 1e-3:
+        return f"{duration_s * 1e3:.2f} ms"
+    return format_seconds(duration_s)
+
+
 def format_seconds(duration_s: float) -> str:
     """Human-readable duration, e.g. ``12.3 ms``, ``2.50 h``, ``3.1 d``; never more than a few digits."""
     if not math.isfinite(duration_s):

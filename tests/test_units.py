@@ -173,3 +173,15 @@ def test_sizes_against_a_limit_differ_when_they_differ():
     assert format_bytes_against(2**30, 2**30) == ("1.0 GiB", "1.0 GiB")
     over, limit = format_bytes_against(81244769486, 81244769484.8)
     assert over != limit
+
+
+def test_a_range_reads_in_its_centres_unit():
+    """A model-error interval across a unit threshold read ``2.82 h (7737.893 s - 3.40 h, 80%)``."""
+    from dpsim.units import format_seconds, format_seconds_as
+
+    assert format_seconds_as(7737.893, 10152.0) == "2.15 h"
+    assert format_seconds_as(12240.0, 10152.0) == "3.40 h"
+    assert format_seconds_as(0.0009, 0.0012) == "0.90 ms"
+    for value, ref in ((257.771, 221.861), (0.0123, 0.0456), (3 * 86400.0, 4 * 86400.0), (5e-6, 6e-6)):
+        assert format_seconds_as(value, ref) == format_seconds(value)  # one unit already: unchanged
+    assert format_seconds_as(float("inf"), 1.0) == format_seconds(float("inf"))

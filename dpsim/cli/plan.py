@@ -312,12 +312,13 @@ def _split(raw: str, flag: str, axis: str | None = None) -> list[str]:
 
 def _model_error_cell(col: str, row: dict) -> str:
     """`` (low - high)`` after the step, when the row carries its model-error interval."""
-    from dpsim.units import format_seconds
+    from dpsim.units import format_seconds_as
 
     low, high = row.get("model_error_low_s"), row.get("model_error_high_s")
     if col != "step_time_s" or low is None or high is None or low != low:
         return ""
-    return f" ({format_seconds(low)} - {format_seconds(high)})"
+    step = row.get("step_time_s", high)
+    return f" ({format_seconds_as(low, step)} - {format_seconds_as(high, step)})"
 
 
 def _print_table(df, spec) -> None:

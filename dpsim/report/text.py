@@ -12,7 +12,7 @@ from dpsim.memory import with_subpart_rows
 from dpsim.predict.collective import TYPE_BYTES as NCCL_TESTS_TYPE_BYTES
 from dpsim.predict.result import Prediction
 from dpsim.report.layout import layout_tables
-from dpsim.units import format_bytes, format_bytes_against, format_seconds
+from dpsim.units import format_bytes, format_bytes_against, format_seconds, format_seconds_as
 
 
 def _pct(x: float | None) -> str:
@@ -134,7 +134,8 @@ def _model_error_suffix(p: Prediction) -> str:
     e = p.model_error
     if e is None:
         return ""
-    return f" ({format_seconds(e.low_s)} - {format_seconds(e.high_s)}, {e.coverage:.0%})"
+    return (f" ({format_seconds_as(e.low_s, p.step_time_s)} - {format_seconds_as(e.high_s, p.step_time_s)}, "
+            f"{e.coverage:.0%})")
 
 
 def _model_error_rows(p: Prediction) -> list[tuple[str, str]]:
