@@ -167,7 +167,12 @@ def format_seconds_as(duration_s: float, reference_s: float) -> str:
         return f"{duration_s:.3f} s"
     if ref >= 1e-3:
         return f"{duration_s * 1e3:.2f} ms"
-    return format_seconds(duration_s)
+    text = f"{duration_s * 1e6:.1f} us"
+    if duration_s > 0 and text == "0.0 us":
+        # plan --rank goodput at --mtbf-gpu 1e-308s said "fails every 0.0 us"; as goodput words it, three
+        # significant digits in seconds.
+        return f"{duration_s:.3g} s"
+    return text
 
 
 def format_seconds(duration_s: float) -> str:
@@ -176,18 +181,4 @@ def format_seconds(duration_s: float) -> str:
         return "n/a"
     if duration_s < 0:
         return "-" + format_seconds(-duration_s)
-    if duration_s >= 2 * DAY_S:
-        days = duration_s / DAY_S
-        return f"{days:,.1f} d" if days < 1e5 else f"{days:.3g} d"
-    if duration_s >= 1e4:
-        return f"{duration_s / 3600:.2f} h"
-    if duration_s >= 1:
-        return f"{duration_s:.3f} s"
-    if duration_s >= 1e-3:
-        return f"{duration_s * 1e3:.2f} ms"
-    text = f"{duration_s * 1e6:.1f} us"
-    if duration_s > 0 and text == "0.0 us":
-        # plan --rank goodput at --mtbf-gpu 1e-308s said "fails every 0.0 us"; as goodput words it, three
-        # significant digits in seconds.
-        return f"{duration_s:.3g} s"
-    return text
+    return format_seconds_as(duration_s, duration_s)
