@@ -3,7 +3,13 @@ article or a range reads right whatever the value: "1 node", "an encoder model",
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, as every command prints them: ``dpsim: warning: ...``."""
+    print(f"dpsim: warning: {message}", file=sys.stderr)
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

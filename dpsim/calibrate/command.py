@@ -31,6 +31,7 @@ from dpsim.profile.match import model_fingerprint
 from dpsim.profile.op_rates import MEMORY_KERNEL_BYTES, kernels_to_time
 from dpsim.profile.schema import PROFILE_OPS, Profile
 from dpsim.units import format_bytes
+from dpsim.wording import warn
 from dpsim.wording import count
 from dpsim.workload.catalog import CATALOG_ENTRIES, get_model
 from dpsim.workload.from_torch import load_torch_workload
@@ -65,11 +66,6 @@ def size_sweep(lo: float, hi: float, factor: float) -> list[int]:
         sizes.append(int(s))
         s *= factor
     return sizes
-
-
-def warn(message: str) -> None:
-    """One warning line on stderr."""
-    print(f"dpsim: warning: {message}", file=sys.stderr)
 
 
 @frozen_dataclass

@@ -7,13 +7,13 @@ The limits themselves are in :mod:`dpsim.limits`; each failure is one
 from __future__ import annotations
 
 import importlib.util
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from dpsim.errors import ConfigError
 from dpsim.limits import MAX_GPU_HOUR_USD, MAX_TOKENS, short
 from dpsim.units import format_bytes, parse_size_bytes
+from dpsim.wording import warn
 
 
 def size_sweep(minbytes: str, maxbytes: str, stepfactor: float, *, max_bytes: float,
@@ -33,11 +33,6 @@ def size_sweep(minbytes: str, maxbytes: str, stepfactor: float, *, max_bytes: fl
         raise ConfigError(f"{b_flag.split('/')[0]}/{e_flag.split('/')[0]}: {short(minbytes)}..{short(maxbytes)} is "
                           f"not a valid range; need 1 byte <= minbytes <= maxbytes")
     return lo, hi, check_sizes(lo, hi, stepfactor, max_bytes=max_bytes, flags=flags)
-
-
-def warn(message: str) -> None:
-    """One warning line on stderr, as ``dpsim calibrate`` prints them (``dpsim: warning: ...``)."""
-    print(f"dpsim: warning: {message}", file=sys.stderr)
 
 
 def warn_other_gpu(config: Any) -> None:
